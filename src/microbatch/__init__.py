@@ -1,0 +1,52 @@
+"""microbatch: serve models with dynamic batching.
+
+Callers send one item at a time; microbatch gathers the items that arrive close
+together into batches, runs the model once per batch, and gives every caller exactly
+its own result or its own error.
+"""
+
+from .batcher import Batcher
+from .clock import Clock, MonotonicClock
+from .config import BatchConfig
+from .cooperative import CooperativeBatcher
+from .decorator import AsyncBatchedFunction, BatchSettings, SyncBatchedFunction, batch
+from .errors import (
+    BatcherClosed,
+    DeadlineExceeded,
+    ItemTooLarge,
+    MicrobatchError,
+    Overloaded,
+    ResultLengthError,
+)
+from .merge import ListRows, NumpyRows, RowFormat
+from .policy import AdaptivePolicy, CostModel, FixedPolicy, Policy, QueueState
+from .stats import BatcherStats
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AdaptivePolicy",
+    "AsyncBatchedFunction",
+    "BatchConfig",
+    "BatchSettings",
+    "Batcher",
+    "BatcherClosed",
+    "BatcherStats",
+    "Clock",
+    "CooperativeBatcher",
+    "CostModel",
+    "DeadlineExceeded",
+    "FixedPolicy",
+    "ItemTooLarge",
+    "ListRows",
+    "MicrobatchError",
+    "MonotonicClock",
+    "NumpyRows",
+    "Overloaded",
+    "Policy",
+    "QueueState",
+    "ResultLengthError",
+    "RowFormat",
+    "SyncBatchedFunction",
+    "batch",
+]

@@ -1,0 +1,363 @@
+"""The asyncio batcher: callers await one item each; batches run in a free slot.
+
+There is no dispatcher loop. The batcher reacts to events (an arrival, a finished
+batch, a policy timer, a deadline): each asks the policy whether the queued items go
+now, and a batch is released only into a free slot (``max_concurrent_batches``).
+While every slot is busy the queue keeps filling, so batches grow under load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+from .clock import Clock, MonotonicClock, Timer
+from .config import BatchConfig
+from .errors import BatcherClosed, DeadlineExceeded, ItemTooLarge, MicrobatchError, Overloaded
+from .execution import is_async_callable, run_batch, run_batch_async
+from .merge import merged, merged_async, row_format, split_rows
+from .policy import QueueState, make_policy
+from .stats import BatcherStats, StatsRecorder
+
+__all__ = ["Batcher"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+BatchFunction = (
+    Callable[[list[Any]], Awaitable[Sequence[Any]]] | Callable[[list[Any]], Sequence[Any]]
+)
+
+
+class _Entry:
+    """One queued item and the future its caller awaits."""
+
+    __slots__ = ("arrival", "future", "item", "queued", "size", "timer")
+
+    def __init__(self, item: Any, size: int, arrival: float, future: asyncio.Future[Any]) -> None:
+        self.item = item
+        self.size = size
+        self.arrival = arrival
+        self.future = future
+        self.queued = True
+        self.timer: Timer | None = None
+
+
+class Batcher(Generic[T, R]):
+    """Gathers items submitted by asyncio callers into batches for ``fn``.
+
+    ``fn`` takes a list of items and returns a list of results of the same length
+    (an exception instance at position ``i`` fails only item ``i``). It may be an
+    ``async def`` function, or a plain function, which then runs in a thread so the
+    event loop never blocks.
+
+    A batcher belongs to the event loop of its first :meth:`submit`.
+
+    Args:
+        fn: The batch function.
+        config: Batching settings; or pass them as keyword arguments.
+        clock: Time source (a FakeClock in tests).
+        **settings: Fields of :class:`~microbatch.config.BatchConfig`.
+    """
+
+    def __init__(
+        self,
+        fn: BatchFunction,
+        config: BatchConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        **settings: Any,
+    ) -> None:
+        self.config = config if config is not None else BatchConfig(**settings)
+        if config is not None and settings:
+            raise TypeError("pass either config or keyword settings, not both")
+        self._clock: Clock = clock if clock is not None else MonotonicClock()
+        self._rows = row_format(self.config)
+        self._is_async = is_async_callable(fn)
+        if self._rows is not None:
+            fn = merged_async(fn, self._rows) if self._is_async else merged(fn, self._rows)  # type: ignore[arg-type]
+        self._fn = fn
+        self._policy = make_policy(self.config)
+        self._state = QueueState()
+        self._stats = StatsRecorder()
+        self._queue: deque[_Entry] = deque()
+        self._free_slots = self.config.max_concurrent_batches
+        self._running: set[asyncio.Task[None]] = set()
+        self._timer: Timer | None = None
+        self._timer_at = 0.0
+        self._closing = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._executor: ThreadPoolExecutor | None = None
+
+    # -- calling -----------------------------------------------------------------
+
+    async def submit(
+        self, item: T, *, timeout_s: float | None = None, deadline: float | None = None
+    ) -> R:
+        """Queue one item and wait for its own result.
+
+        Args:
+            item: The item (with ``rows``: a sequence of rows).
+            timeout_s: Give up after this many seconds (default: ``config.timeout_s``).
+            deadline: Give up at this ``time.monotonic()`` time.
+
+        Raises:
+            Overloaded: The queue is full; nothing was queued.
+            DeadlineExceeded: The deadline passed first.
+            BatcherClosed: The batcher is closing.
+            ItemTooLarge: One item is bigger than ``max_batch_size`` (without rows).
+            Exception: Whatever the batch function raised or returned for this item.
+        """
+        due = self._deadline(timeout_s, deadline)
+        if self._rows is not None:
+            return await self._submit_rows(item, due)  # type: ignore[no-any-return]
+        size_fn = self.config.size_fn
+        entry = self._enqueue(
+            item, 1 if size_fn is None else _checked_size(size_fn(item), self.config), due
+        )
+        try:
+            return await entry.future  # type: ignore[no-any-return]
+        except asyncio.CancelledError:
+            self._abandon(entry)
+            raise
+
+    def stats(self) -> BatcherStats:
+        """A snapshot of the counters (see :class:`~microbatch.stats.BatcherStats`)."""
+        return self._stats.snapshot(self._state)
+
+    async def close(self, *, drain: bool = True) -> None:
+        """Stop taking items and settle every pending one.
+
+        Args:
+            drain: Run the queued items now (True), or answer them BatcherClosed.
+        """
+        self._closing = True
+        if not drain:
+            for entry in self._queue:
+                if entry.queued:
+                    self._drop(entry)
+                    _settle(entry.future, BatcherClosed("the batcher closed before this item ran"))
+        if self._loop is not None:
+            self._dispatch()
+        while self._running:
+            await asyncio.wait(list(self._running))
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+
+    async def __aenter__(self) -> Batcher[T, R]:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- intake ------------------------------------------------------------------
+
+    def _deadline(self, timeout_s: float | None, deadline: float | None) -> float | None:
+        if timeout_s is None:
+            timeout_s = self.config.timeout_s
+        if timeout_s is None:
+            return deadline
+        due = self._clock.now() + timeout_s
+        return due if deadline is None else min(due, deadline)
+
+    def _enqueue(self, item: Any, size: int, deadline: float | None) -> _Entry:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._bind(loop)
+        if self._closing:
+            raise BatcherClosed("the batcher is closed")
+        state = self._state
+        if state.count >= self.config.max_queue:
+            self._stats.rejected += 1
+            raise Overloaded(f"the queue is full ({state.count} items waiting)")
+        now = self._clock.now()
+        if deadline is not None and deadline <= now:
+            self._stats.expired += 1
+            raise DeadlineExceeded("the deadline passed before the item was queued")
+        entry = _Entry(item, size, now, loop.create_future())
+        if deadline is not None:
+            entry.timer = self._clock.call_at(deadline, partial(self._expire, entry))
+        self._queue.append(entry)
+        state.arrived(now, size)
+        if self._free_slots:
+            self._dispatch()
+        return entry
+
+    async def _submit_rows(self, item: Any, deadline: float | None) -> Any:
+        assert self._rows is not None
+        parts = split_rows(self._rows, item, self.config.max_batch_size)
+        if len(parts) == 1:
+            entry = self._enqueue(item, parts[0][1], deadline)
+            try:
+                return await entry.future
+            except asyncio.CancelledError:
+                self._abandon(entry)
+                raise
+        room = self.config.max_queue - self._state.count
+        if len(parts) > room:
+            self._stats.rejected += 1
+            raise Overloaded(f"the queue has room for {room} parts, the item needs {len(parts)}")
+        entries = [self._enqueue(part, size, deadline) for part, size in parts]
+        try:
+            results = await asyncio.gather(*(entry.future for entry in entries))
+        except BaseException:
+            for entry in entries:
+                entry.future.cancel()
+                self._abandon(entry)
+            raise
+        return self._rows.join(results)
+
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._loop is not None:
+            raise RuntimeError("this Batcher belongs to another event loop; make one per loop")
+        self._loop = loop
+
+    def _abandon(self, entry: _Entry) -> None:
+        """The caller stopped waiting."""
+        if entry.queued:
+            self._stats.cancelled += 1
+            self._drop(entry)
+        elif entry.timer is not None:
+            entry.timer.cancel()
+
+    def _expire(self, entry: _Entry) -> None:
+        entry.timer = None
+        if entry.future.done():
+            return
+        self._stats.expired += 1
+        if entry.queued:
+            self._drop(entry)
+        entry.future.set_exception(
+            DeadlineExceeded("the deadline passed before the result was ready")
+        )
+
+    def _drop(self, entry: _Entry) -> None:
+        """Take a queued entry out of the count; it is skipped when reached."""
+        entry.queued = False
+        if entry.timer is not None:
+            entry.timer.cancel()
+            entry.timer = None
+        self._state.left(entry.size)
+        queue = self._queue
+        if len(queue) > 2 * self._state.count + 64:
+            self._queue = deque(e for e in queue if e.queued)
+
+    # -- dispatch ----------------------------------------------------------------
+
+    def _dispatch(self, now: float | None = None) -> None:
+        """Release batches while a slot is free and the policy says go."""
+        queue, state = self._queue, self._state
+        while self._free_slots and state.count:
+            while not queue[0].queued:
+                queue.popleft()
+            state.oldest_arrival_s = queue[0].arrival
+            clock_now = self._clock.now()
+            now = clock_now if now is None or clock_now > now else now
+            if not self._closing:
+                at = self._policy.release_at(state, now)
+                if at > now:
+                    self._wake_at(at)
+                    return
+            self._release(now)
+            now = None
+
+    def _wake_at(self, at: float) -> None:
+        if self._timer is not None:
+            if self._timer_at <= at:
+                return  # an earlier wake-up will ask the policy again
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = self._clock.call_at(at, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._dispatch(self._timer_at)
+
+    def _release(self, now: float) -> None:
+        queue, state = self._queue, self._state
+        limit = self.config.max_batch_size
+        batch: list[_Entry] = []
+        units = 0
+        while queue:
+            entry = queue[0]
+            if not entry.queued:
+                queue.popleft()
+                continue
+            if units + entry.size > limit:
+                break
+            queue.popleft()
+            entry.queued = False
+            batch.append(entry)
+            units += entry.size
+        state.count -= len(batch)
+        state.size -= units
+        state.in_flight += len(batch)
+        self._free_slots -= 1
+        self._stats.released(units, [now - entry.arrival for entry in batch])
+        assert self._loop is not None
+        task = self._loop.create_task(self._run(batch))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def _run(self, batch: list[_Entry]) -> None:
+        """Run one batch and settle every future in it, whatever happens."""
+        try:
+            live = [entry for entry in batch if not entry.future.done()]
+            if live:
+                start = self._clock.now()
+                outcomes = await self._execute([entry.item for entry in live])
+                self._policy.batch_finished(sum(e.size for e in live), self._clock.now() - start)
+                for entry, outcome in zip(live, outcomes, strict=True):
+                    if isinstance(outcome, BaseException):
+                        self._stats.failed += 1
+                    _settle(entry.future, outcome)
+        except BaseException as exc:
+            for entry in batch:
+                _settle(entry.future, MicrobatchError(f"the batch was aborted: {exc!r}"))
+            raise
+        finally:
+            for entry in batch:
+                if entry.timer is not None:
+                    entry.timer.cancel()
+            self._state.in_flight -= len(batch)
+            self._free_slots += 1
+            self._dispatch()
+
+    async def _execute(self, items: list[Any]) -> list[Any]:
+        isolate = self.config.isolate_errors
+        if self._is_async:
+            return await run_batch_async(self._fn, items, isolate)  # type: ignore[arg-type]
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                self.config.max_concurrent_batches, thread_name_prefix="microbatch"
+            )
+        assert self._loop is not None
+        fn: Callable[[list[Any]], Sequence[Any]] = self._fn  # type: ignore[assignment]
+        return await self._loop.run_in_executor(self._executor, run_batch, fn, items, isolate)
+
+
+def _settle(future: asyncio.Future[Any], outcome: object) -> None:
+    if future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
+def _checked_size(size: int, config: BatchConfig) -> int:
+    if not isinstance(size, int) or size < 1:
+        raise ValueError(f"size_fn must return an int >= 1, got {size!r}")
+    if size > config.max_batch_size:
+        raise ItemTooLarge(f"item of size {size} exceeds max_batch_size={config.max_batch_size}")
+    return size

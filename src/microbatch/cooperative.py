@@ -1,0 +1,381 @@
+"""The thread batcher: callers in plain threads block for one item each.
+
+There is no background thread. The caller that owns the oldest queued item is the
+*leader*: it waits (on a condition, never a poll) until a slot is free and the
+policy says go, takes a batch from the head of the queue, hands the lead to the
+owner of the next queued item, runs the batch in its own thread, and settles every
+item of it. Followers sleep until their items are settled or the lead comes to
+them. Every wait has a way out (its caller's deadline, a settled item, the lead),
+and a batch function that calls its own batcher gets an error instead of a deadlock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+from .clock import Clock, MonotonicClock
+from .config import BatchConfig
+from .errors import BatcherClosed, DeadlineExceeded, ItemTooLarge, MicrobatchError, Overloaded
+from .execution import run_batch
+from .merge import merged, row_format, split_rows
+from .policy import QueueState, make_policy
+from .stats import BatcherStats, StatsRecorder
+
+__all__ = ["CooperativeBatcher"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_PENDING = object()
+
+
+class _Call:
+    """One caller's request: its items (several parts with rows) and its wake-up.
+
+    The wake-up is a lock held while "armed": whoever settles the call or hands it
+    the lead releases it once, under the batcher's lock. The caller sleeps on it
+    without holding the batcher's lock, so a settled caller returns at once instead
+    of queueing for that lock behind everyone else.
+    """
+
+    __slots__ = ("armed", "deadline", "entries", "pending", "signal")
+
+    def __init__(self, deadline: float | None) -> None:
+        self.signal = threading.Lock()
+        self.signal.acquire()
+        self.armed = True
+        self.deadline = deadline
+        self.entries: list[_Entry] = []
+        self.pending = 0
+
+    def wake(self) -> None:
+        """Wake the caller (batcher lock held); a no-op if it is already woken."""
+        if self.armed:
+            self.armed = False
+            self.signal.release()
+
+    def rearm(self, woken: bool) -> None:
+        """After a wait (batcher lock held): make the next wait block again."""
+        if not self.armed:
+            if not woken:  # released after our wait timed out: take it back
+                self.signal.acquire()
+            self.armed = True
+
+
+class _Entry:
+    __slots__ = ("arrival", "call", "item", "outcome", "queued", "size")
+
+    def __init__(self, call: _Call, item: Any, size: int, arrival: float) -> None:
+        self.call = call
+        self.item = item
+        self.size = size
+        self.arrival = arrival
+        self.queued = True
+        self.outcome: Any = _PENDING
+
+
+class CooperativeBatcher(Generic[T, R]):
+    """Gathers items submitted from many threads into batches for ``fn``.
+
+    ``fn`` takes a list of items and returns a list of results of the same length
+    (an exception instance at position ``i`` fails only item ``i``). It runs in the
+    thread of one of the callers in the batch.
+
+    Args:
+        fn: The batch function.
+        config: Batching settings; or pass them as keyword arguments.
+        clock: Time source for the policy and deadlines (``time.monotonic`` scale).
+        **settings: Fields of :class:`~microbatch.config.BatchConfig`.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[[list[Any]], Sequence[Any]],
+        config: BatchConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        **settings: Any,
+    ) -> None:
+        if config is not None and settings:
+            raise TypeError("pass either config or keyword settings, not both")
+        self.config = config if config is not None else BatchConfig(**settings)
+        self._clock: Clock = clock if clock is not None else MonotonicClock()
+        self._rows = row_format(self.config)
+        self._fn = fn if self._rows is None else merged(fn, self._rows)
+        self._policy = make_policy(self.config)
+        self._state = QueueState()
+        self._stats = StatsRecorder()
+        self._queue: deque[_Entry] = deque()
+        self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)
+        self._leader_waits = threading.Condition(self._lock)
+        self._leader: _Call | None = None
+        self._leader_waits_for_policy = False
+        self._free_slots = self.config.max_concurrent_batches
+        self._closing = False
+        self._inside = threading.local()
+
+    # -- calling -----------------------------------------------------------------
+
+    def submit(
+        self, item: T, *, timeout_s: float | None = None, deadline: float | None = None
+    ) -> R:
+        """Queue one item and block until its own result is ready.
+
+        Args:
+            item: The item (with ``rows``: a sequence of rows).
+            timeout_s: Give up after this many seconds (default: ``config.timeout_s``).
+            deadline: Give up at this ``time.monotonic()`` time.
+
+        Raises:
+            Overloaded: The queue is full; nothing was queued.
+            DeadlineExceeded: The deadline passed first.
+            BatcherClosed: The batcher is closing.
+            ItemTooLarge: One item is bigger than ``max_batch_size`` (without rows).
+            RuntimeError: Called from inside this batcher's own batch function.
+            Exception: Whatever the batch function raised or returned for this item.
+        """
+        if getattr(self._inside, "running", False):
+            raise RuntimeError("a batch function called its own batcher: that would deadlock")
+        if timeout_s is None:
+            timeout_s = self.config.timeout_s
+        if timeout_s is not None:
+            due = self._clock.now() + timeout_s
+            deadline = due if deadline is None else min(due, deadline)
+        parts = self._parts(item)
+        with self._lock:
+            call = self._enqueue(parts, deadline)
+            if self._leader is None:
+                self._leader = call
+            leading = self._leader is call
+        while True:
+            if leading:
+                with self._lock:
+                    self._lead(call)
+            if not call.pending:
+                break
+            woken = call.signal.acquire(True, self._seconds_left(call))
+            if not call.pending:
+                break
+            with self._lock:
+                call.rearm(woken)
+                if not call.pending:
+                    break
+                leading = self._leader is call
+                if not leading and self._seconds_left(call) == 0:
+                    self._expire(call)
+                    break
+        return self._outcome(call)  # type: ignore[no-any-return]
+
+    def stats(self) -> BatcherStats:
+        """A snapshot of the counters (see :class:`~microbatch.stats.BatcherStats`)."""
+        with self._lock:
+            return self._stats.snapshot(self._state)
+
+    def close(self, *, drain: bool = True) -> None:
+        """Stop taking items; return when no item is queued or running.
+
+        Args:
+            drain: Let the queued items run (True), or answer them BatcherClosed.
+        """
+        with self._lock:
+            self._closing = True
+            if not drain:
+                for entry in self._queue:
+                    if entry.queued:
+                        self._drop(entry)
+                        self._settle(
+                            entry, BatcherClosed("the batcher closed before this item ran")
+                        )
+            self._leader_waits.notify()
+            while self._state.count or self._state.in_flight:
+                self._settled.wait()
+
+    def __enter__(self) -> CooperativeBatcher[T, R]:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- intake (lock held) ------------------------------------------------------
+
+    def _parts(self, item: Any) -> list[tuple[Any, int]]:
+        if self._rows is not None:
+            return split_rows(self._rows, item, self.config.max_batch_size)
+        size_fn = self.config.size_fn
+        if size_fn is None:
+            return [(item, 1)]
+        size = size_fn(item)
+        if not isinstance(size, int) or size < 1:
+            raise ValueError(f"size_fn must return an int >= 1, got {size!r}")
+        if size > self.config.max_batch_size:
+            raise ItemTooLarge(
+                f"item of size {size} exceeds max_batch_size={self.config.max_batch_size}"
+            )
+        return [(item, size)]
+
+    def _enqueue(self, parts: list[tuple[Any, int]], deadline: float | None) -> _Call:
+        if self._closing:
+            raise BatcherClosed("the batcher is closed")
+        state = self._state
+        if state.count + len(parts) > self.config.max_queue:
+            self._stats.rejected += 1
+            raise Overloaded(f"the queue is full ({state.count} items waiting)")
+        now = self._clock.now()
+        if deadline is not None and deadline <= now:
+            self._stats.expired += 1
+            raise DeadlineExceeded("the deadline passed before the item was queued")
+        call = _Call(deadline)
+        for item, size in parts:
+            entry = _Entry(call, item, size, now)
+            call.entries.append(entry)
+            self._queue.append(entry)
+            state.arrived(now, size)
+        call.pending = len(parts)
+        if self._leader_waits_for_policy:
+            self._leader_waits.notify()
+        return call
+
+    def _seconds_left(self, call: _Call) -> float:
+        """Seconds until the call's deadline (0 if passed), or -1 for no deadline."""
+        if call.deadline is None:
+            return -1
+        return max(call.deadline - self._clock.now(), 0.0)
+
+    def _outcome(self, call: _Call) -> Any:
+        outcomes = [entry.outcome for entry in call.entries]
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        if self._rows is not None and len(outcomes) > 1:
+            return self._rows.join(outcomes)
+        return outcomes[0]
+
+    # -- leading (lock held) -----------------------------------------------------
+
+    def _lead(self, call: _Call) -> None:
+        """Release batches while this call leads; return once it is settled or not leading."""
+        state = self._state
+        while self._leader is call and call.pending:
+            now = self._clock.now()
+            if call.deadline is not None and now >= call.deadline:
+                self._expire(call)
+                break
+            timeout = None if call.deadline is None else call.deadline - now
+            if not self._free_slots:
+                self._leader_waits.wait(timeout)
+                continue
+            head = self._head()
+            if head is None or head.call is not call:
+                break  # my items are all in flight: the next caller leads
+            state.oldest_arrival_s = head.arrival
+            if not self._closing:
+                at = self._policy.release_at(state, now)
+                if at > now:
+                    self._leader_waits_for_policy = True
+                    self._leader_waits.wait(at - now if timeout is None else min(at - now, timeout))
+                    self._leader_waits_for_policy = False
+                    continue
+            batch, units = self._take(now)
+            self._pass_lead()
+            self._run(batch, units)
+        if self._leader is call:
+            self._pass_lead()
+
+    def _head(self) -> _Entry | None:
+        queue = self._queue
+        while queue and not queue[0].queued:
+            queue.popleft()
+        return queue[0] if queue else None
+
+    def _pass_lead(self) -> None:
+        head = self._head()
+        self._leader = None if head is None else head.call
+        if self._leader is not None:
+            self._leader.wake()
+
+    def _take(self, now: float) -> tuple[list[_Entry], int]:
+        queue, state = self._queue, self._state
+        limit = self.config.max_batch_size
+        batch: list[_Entry] = []
+        units = 0
+        while queue:
+            entry = queue[0]
+            if not entry.queued:
+                queue.popleft()
+                continue
+            if units + entry.size > limit:
+                break
+            queue.popleft()
+            entry.queued = False
+            batch.append(entry)
+            units += entry.size
+        state.count -= len(batch)
+        state.size -= units
+        state.in_flight += len(batch)
+        self._free_slots -= 1
+        self._stats.released(units, [now - entry.arrival for entry in batch])
+        return batch, units
+
+    def _run(self, batch: list[_Entry], units: int) -> None:
+        """Run a batch with the lock released; settle its items with it held again."""
+        items = [entry.item for entry in batch]
+        outcomes: list[Any] | None = None
+        self._lock.release()
+        try:
+            self._inside.running = True
+            start = self._clock.now()
+            outcomes = run_batch(self._fn, items, self.config.isolate_errors)
+            duration = self._clock.now() - start
+        finally:
+            self._inside.running = False
+            self._lock.acquire()
+            if outcomes is None:
+                for entry in batch:
+                    self._settle(entry, MicrobatchError("the batch was aborted"))
+            self._state.in_flight -= len(batch)
+            self._free_slots += 1
+            self._leader_waits.notify()
+        self._policy.batch_finished(units, duration)
+        for entry, outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                self._stats.failed += 1
+            self._settle(entry, outcome)
+        if not (self._state.count or self._state.in_flight):
+            self._settled.notify_all()
+
+    # -- settling (lock held) ----------------------------------------------------
+
+    def _settle(self, entry: _Entry, outcome: Any) -> None:
+        if entry.outcome is not _PENDING:
+            return
+        entry.outcome = outcome
+        call = entry.call
+        call.pending -= 1
+        if not call.pending:
+            call.wake()
+
+    def _expire(self, call: _Call) -> None:
+        for entry in call.entries:
+            if entry.outcome is _PENDING:
+                self._stats.expired += 1
+                if entry.queued:
+                    self._drop(entry)
+                self._settle(
+                    entry, DeadlineExceeded("the deadline passed before the result was ready")
+                )
+        if not (self._state.count or self._state.in_flight):
+            self._settled.notify_all()
+
+    def _drop(self, entry: _Entry) -> None:
+        entry.queued = False
+        self._state.left(entry.size)

@@ -1,0 +1,196 @@
+"""``@microbatch.batch``: a function over a list becomes a function over one item.
+
+An ``async def`` function becomes a coroutine function awaited once per item; a
+plain function becomes a blocking per-item call for threads (and ``acall`` for
+asyncio callers, which runs the batch in a worker thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypedDict, TypeVar, overload
+from weakref import WeakKeyDictionary
+
+from .batcher import Batcher
+from .config import BatchConfig
+from .cooperative import CooperativeBatcher
+from .execution import is_async_callable
+from .policy import QueueState
+from .stats import BatcherStats, StatsRecorder
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .merge import RowFormat
+    from .policy import Policy
+
+__all__ = ["AsyncBatchedFunction", "BatchSettings", "SyncBatchedFunction", "batch"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class BatchSettings(TypedDict, total=False):
+    """Keyword settings of :func:`batch`; see :class:`~microbatch.config.BatchConfig`."""
+
+    max_batch_size: int
+    max_latency_ms: float
+    policy: Literal["adaptive", "fixed"] | Policy
+    max_queue: int
+    max_concurrent_batches: int
+    timeout_s: float | None
+    size_fn: Callable[[Any], int] | None
+    isolate_errors: bool
+
+
+class _LoopBatchers(Generic[T, R]):
+    """One asyncio Batcher per event loop, made on first use in that loop."""
+
+    def __init__(self, fn: Callable[[list[Any]], Any], config: BatchConfig) -> None:
+        self._fn = fn
+        self._config = config
+        self._by_loop: WeakKeyDictionary[asyncio.AbstractEventLoop, Batcher[T, R]] = (
+            WeakKeyDictionary()
+        )
+        self.last: Batcher[T, R] | None = None
+
+    def current(self) -> Batcher[T, R]:
+        loop = asyncio.get_running_loop()
+        batcher = self._by_loop.get(loop)
+        if batcher is None:
+            batcher = self._by_loop[loop] = Batcher(self._fn, self._config)
+        self.last = batcher
+        return batcher
+
+    async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        batcher = self._by_loop.pop(loop, None)
+        if batcher is not None:
+            await batcher.close()
+
+
+class AsyncBatchedFunction(Generic[T, R]):
+    """An ``async`` batch function, called with one item: ``await fn(item)``."""
+
+    def __init__(
+        self, fn: Callable[[list[T]], Awaitable[Sequence[R]]], config: BatchConfig
+    ) -> None:
+        functools.update_wrapper(self, fn)
+        self.config = config
+        self._batchers: _LoopBatchers[T, R] = _LoopBatchers(fn, config)
+
+    async def __call__(
+        self, item: T, /, *, timeout_s: float | None = None, deadline: float | None = None
+    ) -> R:
+        """Submit one item and await its result; see :meth:`Batcher.submit`."""
+        return await self._batchers.current().submit(item, timeout_s=timeout_s, deadline=deadline)
+
+    @property
+    def batcher(self) -> Batcher[T, R]:
+        """The :class:`~microbatch.batcher.Batcher` of the running event loop."""
+        return self._batchers.current()
+
+    def stats(self) -> BatcherStats:
+        """Counters of the batcher used last (empty before the first call)."""
+        last = self._batchers.last
+        return last.stats() if last is not None else StatsRecorder().snapshot(QueueState())
+
+    async def close(self) -> None:
+        """Close the running loop's batcher, running what is queued."""
+        await self._batchers.close()
+
+
+class SyncBatchedFunction(Generic[T, R]):
+    """A plain batch function, called with one item from any number of threads.
+
+    ``fn(item)`` blocks the calling thread (one of the callers runs each batch);
+    ``await fn.acall(item)`` serves asyncio callers and runs batches in a thread.
+    Threads and asyncio callers are batched separately, each path keeping its own
+    ``max_concurrent_batches`` limit.
+    """
+
+    def __init__(self, fn: Callable[[list[T]], Sequence[R]], config: BatchConfig) -> None:
+        functools.update_wrapper(self, fn)
+        self.config = config
+        self.threads: CooperativeBatcher[T, R] = CooperativeBatcher(fn, config)
+        self._batchers: _LoopBatchers[T, R] = _LoopBatchers(fn, config)
+
+    def __call__(
+        self, item: T, /, *, timeout_s: float | None = None, deadline: float | None = None
+    ) -> R:
+        """Submit one item and block for its result; see :meth:`CooperativeBatcher.submit`."""
+        return self.threads.submit(item, timeout_s=timeout_s, deadline=deadline)
+
+    async def acall(
+        self, item: T, /, *, timeout_s: float | None = None, deadline: float | None = None
+    ) -> R:
+        """Submit one item from asyncio code; the batch runs off the event loop."""
+        return await self._batchers.current().submit(item, timeout_s=timeout_s, deadline=deadline)
+
+    def stats(self) -> BatcherStats:
+        """Counters of the thread path."""
+        return self.threads.stats()
+
+    def close(self) -> None:
+        """Close the thread path, running what is queued."""
+        self.threads.close()
+
+
+class BatchDecorator(Protocol):
+    """What ``batch(...)`` with settings returns."""
+
+    @overload
+    def __call__(
+        self, fn: Callable[[list[T]], Awaitable[Sequence[R]]], /
+    ) -> AsyncBatchedFunction[T, R]: ...
+    @overload
+    def __call__(self, fn: Callable[[list[T]], Sequence[R]], /) -> SyncBatchedFunction[T, R]: ...
+
+
+class RowsDecorator(Protocol):
+    """What ``batch(rows=...)`` returns: items are sequences of rows."""
+
+    @overload
+    def __call__(
+        self, fn: Callable[[Any], Awaitable[Any]], /
+    ) -> AsyncBatchedFunction[Any, Any]: ...
+    @overload
+    def __call__(self, fn: Callable[[Any], Any], /) -> SyncBatchedFunction[Any, Any]: ...
+
+
+@overload
+def batch(fn: Callable[[list[T]], Awaitable[Sequence[R]]], /) -> AsyncBatchedFunction[T, R]: ...
+@overload
+def batch(fn: Callable[[list[T]], Sequence[R]], /) -> SyncBatchedFunction[T, R]: ...
+@overload
+def batch(*, rows: None = None, **settings: Unpack[BatchSettings]) -> BatchDecorator: ...
+@overload
+def batch(
+    *, rows: Literal["list", "numpy"] | RowFormat, **settings: Unpack[BatchSettings]
+) -> RowsDecorator: ...
+def batch(fn: Callable[..., Any] | None = None, /, **settings: Any) -> Any:
+    """Turn a function over a list of items into a function over one item.
+
+    ``fn`` takes ``list[T]`` and returns a list of ``R`` of the same length; an
+    exception instance at position ``i`` fails only item ``i``. Use it bare
+    (``@batch``) or with settings (``@batch(max_batch_size=64, max_latency_ms=10)``);
+    the settings are those of :class:`~microbatch.config.BatchConfig`.
+
+    Returns:
+        :class:`AsyncBatchedFunction` for an ``async def`` function (``await f(x)``),
+        :class:`SyncBatchedFunction` for a plain one (``f(x)`` from threads,
+        ``await f.acall(x)`` from asyncio).
+
+    Raises:
+        ValueError: A setting is out of range.
+    """
+    config = BatchConfig(**settings)
+
+    def wrap(function: Callable[..., Any]) -> Any:
+        if is_async_callable(function):
+            return AsyncBatchedFunction(function, config)
+        return SyncBatchedFunction(function, config)
+
+    return wrap if fn is None else wrap(fn)

@@ -1,0 +1,108 @@
+"""Running one batch: per-item results, per-item errors, and bisection of failures.
+
+The plan is written once, without I/O, as a generator: it yields the spans of the
+batch to run and is sent each span's result list or the exception it raised. The
+asyncio and the thread batcher drive it with an ``await`` or a plain call.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from typing import Any
+
+from .errors import ResultLengthError
+
+__all__ = ["execution_plan", "is_async_callable", "run_batch", "run_batch_async"]
+
+Span = tuple[int, int]
+Plan = Generator[Span, object, list[Any]]
+
+
+def execution_plan(count: int, isolate_errors: bool) -> Plan:
+    """Plan the calls that produce one outcome for each of ``count`` items.
+
+    Yields ``(start, stop)`` spans to call the batch function on, and expects to be
+    sent that call's result list, or the exception it raised. Returns the outcomes in
+    item order; an outcome that is an exception instance is that item's error.
+
+    A span whose call raised is split in halves and each half run again (when
+    ``isolate_errors``), down to single items, so one poison item fails alone. A
+    result list of the wrong length fails its whole span with ResultLengthError.
+    """
+    outcomes: list[Any] = [None] * count
+    spans: list[Span] = [(0, count)]
+    while spans:
+        start, stop = spans.pop()
+        reply = yield start, stop
+        width = stop - start
+        if isinstance(reply, BaseException):
+            if isolate_errors and width > 1:
+                middle = start + width // 2
+                spans.append((middle, stop))
+                spans.append((start, middle))
+            else:
+                outcomes[start:stop] = [reply] * width
+            continue
+        try:
+            length = len(reply)  # type: ignore[arg-type]
+        except TypeError:
+            length = -1
+        if length != width:
+            error = ResultLengthError(
+                f"the batch function returned {_describe(reply)} for a batch of {width} items"
+            )
+            outcomes[start:stop] = [error] * width
+        else:
+            outcomes[start:stop] = reply  # type: ignore[call-overload]
+    return outcomes
+
+
+def run_batch(
+    fn: Callable[[list[Any]], Sequence[Any]], items: list[Any], isolate_errors: bool
+) -> list[Any]:
+    """Run ``fn`` over ``items`` by :func:`execution_plan`; return the outcomes."""
+    plan = execution_plan(len(items), isolate_errors)
+    start, stop = next(plan)
+    while True:
+        reply: object
+        try:
+            reply = fn(items[start:stop])
+        except Exception as exc:  # the model's error is this span's outcome
+            reply = exc
+        try:
+            start, stop = plan.send(reply)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+
+async def run_batch_async(
+    fn: Callable[[list[Any]], Awaitable[Sequence[Any]]], items: list[Any], isolate_errors: bool
+) -> list[Any]:
+    """Like :func:`run_batch` for a function that returns an awaitable."""
+    plan = execution_plan(len(items), isolate_errors)
+    start, stop = next(plan)
+    while True:
+        reply: object
+        try:
+            reply = await fn(items[start:stop])
+        except Exception as exc:  # the model's error is this span's outcome
+            reply = exc
+        try:
+            start, stop = plan.send(reply)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+
+def _describe(value: object) -> str:
+    try:
+        return f"{type(value).__name__} of length {len(value)}"  # type: ignore[arg-type]
+    except TypeError:
+        return f"a {type(value).__name__}, not a list"
+
+
+def is_async_callable(fn: object) -> bool:
+    """Whether calling ``fn`` returns a coroutine (an ``async def`` function or method)."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - an object with an async __call__
+    )

@@ -1,0 +1,96 @@
+"""Counters a batcher keeps, and the frozen snapshot it hands out."""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from .policy import QueueState
+
+__all__ = ["BatcherStats", "StatsRecorder"]
+
+
+@dataclass(frozen=True, slots=True)
+class BatcherStats:
+    """A batcher's counters at one moment.
+
+    Attributes:
+        queued: Items waiting for a batch.
+        in_flight: Items in batches that are running.
+        batches: Batches released so far.
+        items: Items released in those batches.
+        mean_batch_size: Mean batch size in batch units (0.0 before the first).
+        batch_sizes: Batch size (units) -> how many batches had it.
+        queue_wait_p50_ms: Median time items waited before release (recent items).
+        queue_wait_p90_ms: 90th percentile of that wait.
+        queue_wait_p99_ms: 99th percentile of that wait.
+        expired: Items answered DeadlineExceeded.
+        cancelled: Items whose caller stopped waiting.
+        rejected: Items refused because the queue was full.
+        failed: Items answered with an error by the batch function.
+    """
+
+    queued: int
+    in_flight: int
+    batches: int
+    items: int
+    mean_batch_size: float
+    batch_sizes: Mapping[int, int]
+    queue_wait_p50_ms: float
+    queue_wait_p90_ms: float
+    queue_wait_p99_ms: float
+    expired: int
+    cancelled: int
+    rejected: int
+    failed: int
+
+
+class StatsRecorder:
+    """Accumulates a batcher's counters; the caller serialises access."""
+
+    def __init__(self, wait_samples: int = 4096) -> None:
+        self.batches = 0
+        self.items = 0
+        self.units = 0
+        self.expired = 0
+        self.cancelled = 0
+        self.rejected = 0
+        self.failed = 0
+        self._sizes: Counter[int] = Counter()
+        self._waits: deque[float] = deque(maxlen=wait_samples)
+
+    def released(self, units: int, waits_s: list[float]) -> None:
+        """One batch of ``units`` went out; ``waits_s`` holds each item's queue wait."""
+        self._waits.extend(waits_s)
+        self.batches += 1
+        self.items += len(waits_s)
+        self.units += units
+        self._sizes[units] += 1
+
+    def snapshot(self, state: QueueState) -> BatcherStats:
+        """A frozen copy of the counters and the queue's current state."""
+        waits = sorted(self._waits)
+        return BatcherStats(
+            queued=state.count,
+            in_flight=state.in_flight,
+            batches=self.batches,
+            items=self.items,
+            mean_batch_size=self.units / self.batches if self.batches else 0.0,
+            batch_sizes=MappingProxyType(dict(sorted(self._sizes.items()))),
+            queue_wait_p50_ms=_percentile_ms(waits, 0.50),
+            queue_wait_p90_ms=_percentile_ms(waits, 0.90),
+            queue_wait_p99_ms=_percentile_ms(waits, 0.99),
+            expired=self.expired,
+            cancelled=self.cancelled,
+            rejected=self.rejected,
+            failed=self.failed,
+        )
+
+
+def _percentile_ms(ordered: list[float], fraction: float) -> float:
+    if not ordered:
+        return 0.0
+    index = min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))
+    return ordered[index] * 1000.0
