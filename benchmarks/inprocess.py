@@ -20,7 +20,6 @@ import asyncio
 import json
 import os
 import platform
-import statistics
 import sys
 import threading
 import time
@@ -244,19 +243,25 @@ async def run_accelerator(concurrency: list[int], seconds: float) -> list[dict[s
             fn = microbatch.batch(max_batch_size=BATCH, max_latency_ms=LATENCY_MS, policy=policy)(
                 accelerator
             )
-            per_caller = max(1, int(seconds * 19_500 / callers)) if callers > 1 else int(seconds / 0.0021)
+            per_caller = (
+                max(1, int(seconds * 19_500 / callers)) if callers > 1 else int(seconds / 0.0021)
+            )
             per_caller = min(per_caller, int(seconds / 0.0021))
             result = await async_load(fn.acall, callers, per_caller)
-            batcher = fn._batchers.last  # noqa: SLF001 - benchmark reads the batcher's stats
-            assert batcher is not None
             result.update(
-                mode="asyncio", policy=policy, callers=callers, mean_batch=batcher.stats().mean_batch_size
+                mode="asyncio",
+                policy=policy,
+                callers=callers,
+                mean_batch=fn.loop_batcher.stats().mean_batch_size,
             )
-            await batcher.close()
+            await fn.aclose()
             rows.append(result)
             result = thread_load(fn, callers, per_caller)
             result.update(
-                mode="threads", policy=policy, callers=callers, mean_batch=fn.stats().mean_batch_size
+                mode="threads",
+                policy=policy,
+                callers=callers,
+                mean_batch=fn.stats().mean_batch_size,
             )
             rows.append(result)
     return rows
@@ -269,7 +274,8 @@ def main() -> None:
     args = parser.parse_args()
     scale = 0.1 if args.quick else 1.0
 
-    print(f"microbatch {microbatch.__version__}, Python {platform.python_version()}, {os.cpu_count()} CPUs")
+    version = f"microbatch {microbatch.__version__}, Python {platform.python_version()}"
+    print(f"{version}, {os.cpu_count()} CPUs")
     async_rows = asyncio.run(run_async_rows(256, int(400 * scale) or 1))
     thread_rows = run_thread_rows(32, int(1000 * scale) or 1)
     floor_async = async_rows["floor: bare futures"]["us_per_item"]
@@ -285,8 +291,11 @@ def main() -> None:
             )
 
     accel = asyncio.run(run_accelerator([1, 16, 64, 256], 2.0 * scale))
-    print("\nTable 2: simulated accelerator, sleep(2 ms + 20 us * n), batch 64, limit 19.5k items/s")
-    print(f"{'mode':8} {'policy':9} {'callers':>7} {'items/s':>9} {'% limit':>8} {'p50 ms':>8} {'p99 ms':>8} {'mean batch':>10}")
+    print(
+        "\nTable 2: simulated accelerator, sleep(2 ms + 20 us * n), batch 64, limit 19.5k items/s"
+    )
+    header = ("mode", "policy", "callers", "items/s", "% limit", "p50 ms", "p99 ms", "mean batch")
+    print("{:8} {:9} {:>7} {:>9} {:>8} {:>8} {:>8} {:>10}".format(*header))
     for row in accel:
         print(
             f"{row['mode']:8} {row['policy']:9} {row['callers']:7d} {row['items_per_s']:9.0f} "
@@ -302,7 +311,8 @@ def main() -> None:
                 "trivial_asyncio": async_rows,
                 "trivial_threads": thread_rows,
                 "accelerator": accel,
-                "floor_ratio_asyncio": async_rows["microbatch asyncio"]["us_per_item"] / floor_async,
+                "floor_ratio_asyncio": async_rows["microbatch asyncio"]["us_per_item"]
+                / floor_async,
             },
             indent=2,
         )

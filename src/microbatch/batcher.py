@@ -87,6 +87,7 @@ class Batcher(Generic[T, R]):
         self._stats = StatsRecorder()
         self._queue: deque[_Entry] = deque()
         self._free_slots = self.config.max_concurrent_batches
+        self._ahead = 0  # batches handed to the thread pool before a thread was free
         self._running: set[asyncio.Task[None]] = set()
         self._timer: Timer | None = None
         self._timer_at = 0.0
@@ -257,19 +258,32 @@ class Batcher(Generic[T, R]):
     def _dispatch(self, now: float | None = None) -> None:
         """Release batches while a slot is free and the policy says go."""
         queue, state = self._queue, self._state
-        while self._free_slots and state.count:
+        while state.count and (self._free_slots or self._may_run_ahead()):
             while not queue[0].queued:
                 queue.popleft()
             state.oldest_arrival_s = queue[0].arrival
             clock_now = self._clock.now()
             now = clock_now if now is None or clock_now > now else now
-            if not self._closing:
+            if self._free_slots and not self._closing:
                 at = self._policy.release_at(state, now)
                 if at > now:
                     self._wake_at(at)
                     return
             self._release(now)
             now = None
+
+    def _may_run_ahead(self) -> bool:
+        """Whether a full batch may wait in the thread pool for the running one.
+
+        A thread that finishes a batch then starts the next at once, instead of
+        waiting for the event loop (and the GIL) to hand it over: this keeps a
+        saturated model busy back to back.
+        """
+        return (
+            not self._is_async
+            and not self._ahead
+            and self._state.size >= self.config.max_batch_size
+        )
 
     def _wake_at(self, at: float) -> None:
         if self._timer is not None:
@@ -299,10 +313,11 @@ class Batcher(Generic[T, R]):
             entry.queued = False
             batch.append(entry)
             units += entry.size
-        state.count -= len(batch)
-        state.size -= units
-        state.in_flight += len(batch)
-        self._free_slots -= 1
+        state.released(len(batch), units)
+        if self._free_slots:
+            self._free_slots -= 1
+        else:
+            self._ahead += 1
         self._stats.released(units, [now - entry.arrival for entry in batch])
         assert self._loop is not None
         task = self._loop.create_task(self._run(batch))
@@ -312,15 +327,23 @@ class Batcher(Generic[T, R]):
     async def _run(self, batch: list[_Entry]) -> None:
         """Run one batch and settle every future in it, whatever happens."""
         try:
-            live = [entry for entry in batch if not entry.future.done()]
+            if self._is_async:
+                live, outcomes, duration = await self._execute_async(batch)
+            else:
+                assert self._loop is not None
+                if self._executor is None:
+                    self._executor = ThreadPoolExecutor(
+                        self.config.max_concurrent_batches, thread_name_prefix="microbatch"
+                    )
+                live, outcomes, duration = await self._loop.run_in_executor(
+                    self._executor, self._execute_in_thread, batch
+                )
             if live:
-                start = self._clock.now()
-                outcomes = await self._execute([entry.item for entry in live])
-                self._policy.batch_finished(sum(e.size for e in live), self._clock.now() - start)
-                for entry, outcome in zip(live, outcomes, strict=True):
-                    if isinstance(outcome, BaseException):
-                        self._stats.failed += 1
-                    _settle(entry.future, outcome)
+                self._policy.batch_finished(sum(entry.size for entry in live), duration)
+            for entry, outcome in zip(live, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    self._stats.failed += 1
+                _settle(entry.future, outcome)
         except BaseException as exc:
             for entry in batch:
                 _settle(entry.future, MicrobatchError(f"the batch was aborted: {exc!r}"))
@@ -329,21 +352,39 @@ class Batcher(Generic[T, R]):
             for entry in batch:
                 if entry.timer is not None:
                     entry.timer.cancel()
-            self._state.in_flight -= len(batch)
-            self._free_slots += 1
+            self._state.finished(len(batch), self._clock.now())
+            if self._ahead:
+                self._ahead -= 1  # a batch waiting in the pool took the thread
+            else:
+                self._free_slots += 1
             self._dispatch()
 
-    async def _execute(self, items: list[Any]) -> list[Any]:
-        isolate = self.config.isolate_errors
-        if self._is_async:
-            return await run_batch_async(self._fn, items, isolate)  # type: ignore[arg-type]
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(
-                self.config.max_concurrent_batches, thread_name_prefix="microbatch"
-            )
-        assert self._loop is not None
+    async def _execute_async(self, batch: list[_Entry]) -> tuple[list[_Entry], list[Any], float]:
+        live = [entry for entry in batch if not entry.future.done()]
+        if not live:
+            return live, [], 0.0
+        fn: Callable[[list[Any]], Awaitable[Sequence[Any]]] = self._fn  # type: ignore[assignment]
+        start = self._clock.now()
+        outcomes = await run_batch_async(
+            fn, [entry.item for entry in live], self.config.isolate_errors, _wanted(live)
+        )
+        return live, outcomes, self._clock.now() - start
+
+    def _execute_in_thread(self, batch: list[_Entry]) -> tuple[list[_Entry], list[Any], float]:
+        """Runs in a pool thread. Items answered meanwhile (deadline, cancelled) are skipped."""
+        live = [entry for entry in batch if not entry.future.done()]
+        if not live:
+            return live, [], 0.0
         fn: Callable[[list[Any]], Sequence[Any]] = self._fn  # type: ignore[assignment]
-        return await self._loop.run_in_executor(self._executor, run_batch, fn, items, isolate)
+        start = self._clock.now()
+        outcomes = run_batch(
+            fn, [entry.item for entry in live], self.config.isolate_errors, _wanted(live)
+        )
+        return live, outcomes, self._clock.now() - start
+
+
+def _wanted(live: list[_Entry]) -> Callable[[int], bool]:
+    return lambda index: not live[index].future.done()
 
 
 def _settle(future: asyncio.Future[Any], outcome: object) -> None:

@@ -319,9 +319,7 @@ class CooperativeBatcher(Generic[T, R]):
             entry.queued = False
             batch.append(entry)
             units += entry.size
-        state.count -= len(batch)
-        state.size -= units
-        state.in_flight += len(batch)
+        state.released(len(batch), units)
         self._free_slots -= 1
         self._stats.released(units, [now - entry.arrival for entry in batch])
         return batch, units
@@ -334,7 +332,9 @@ class CooperativeBatcher(Generic[T, R]):
         try:
             self._inside.running = True
             start = self._clock.now()
-            outcomes = run_batch(self._fn, items, self.config.isolate_errors)
+            outcomes = run_batch(
+                self._fn, items, self.config.isolate_errors, lambda i: batch[i].outcome is _PENDING
+            )
             duration = self._clock.now() - start
         finally:
             self._inside.running = False
@@ -342,7 +342,7 @@ class CooperativeBatcher(Generic[T, R]):
             if outcomes is None:
                 for entry in batch:
                     self._settle(entry, MicrobatchError("the batch was aborted"))
-            self._state.in_flight -= len(batch)
+            self._state.finished(len(batch), self._clock.now())
             self._free_slots += 1
             self._leader_waits.notify()
         self._policy.batch_finished(units, duration)

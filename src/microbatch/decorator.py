@@ -129,13 +129,22 @@ class SyncBatchedFunction(Generic[T, R]):
         """Submit one item from asyncio code; the batch runs off the event loop."""
         return await self._batchers.current().submit(item, timeout_s=timeout_s, deadline=deadline)
 
+    @property
+    def loop_batcher(self) -> Batcher[T, R]:
+        """The :class:`~microbatch.batcher.Batcher` serving ``acall`` in the running loop."""
+        return self._batchers.current()
+
     def stats(self) -> BatcherStats:
-        """Counters of the thread path."""
+        """Counters of the thread path (``loop_batcher.stats()`` for ``acall``)."""
         return self.threads.stats()
 
     def close(self) -> None:
         """Close the thread path, running what is queued."""
         self.threads.close()
+
+    async def aclose(self) -> None:
+        """Close the running loop's ``acall`` batcher, running what is queued."""
+        await self._batchers.close()
 
 
 class BatchDecorator(Protocol):

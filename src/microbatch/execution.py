@@ -59,15 +59,27 @@ def execution_plan(count: int, isolate_errors: bool) -> Plan:
 
 
 def run_batch(
-    fn: Callable[[list[Any]], Sequence[Any]], items: list[Any], isolate_errors: bool
+    fn: Callable[[list[Any]], Sequence[Any]],
+    items: list[Any],
+    isolate_errors: bool,
+    wanted: Callable[[int], bool] | None = None,
 ) -> list[Any]:
-    """Run ``fn`` over ``items`` by :func:`execution_plan`; return the outcomes."""
+    """Run ``fn`` over ``items`` by :func:`execution_plan`; return the outcomes.
+
+    ``wanted(i)`` tells whether item ``i`` still needs a result; a bisection step
+    leaves out the items that no longer do (their caller gave up meanwhile), so an
+    expired or cancelled item is never computed again.
+    """
     plan = execution_plan(len(items), isolate_errors)
     start, stop = next(plan)
     while True:
         reply: object
+        keep = _still_wanted(start, stop, len(items), wanted)
         try:
-            reply = fn(items[start:stop])
+            if keep is None:
+                reply = fn(items[start:stop])
+            else:
+                reply = _spread(fn([items[i] for i in keep]) if keep else [], keep, start, stop)
         except Exception as exc:  # the model's error is this span's outcome
             reply = exc
         try:
@@ -77,21 +89,63 @@ def run_batch(
 
 
 async def run_batch_async(
-    fn: Callable[[list[Any]], Awaitable[Sequence[Any]]], items: list[Any], isolate_errors: bool
+    fn: Callable[[list[Any]], Awaitable[Sequence[Any]]],
+    items: list[Any],
+    isolate_errors: bool,
+    wanted: Callable[[int], bool] | None = None,
 ) -> list[Any]:
     """Like :func:`run_batch` for a function that returns an awaitable."""
     plan = execution_plan(len(items), isolate_errors)
     start, stop = next(plan)
     while True:
         reply: object
+        keep = _still_wanted(start, stop, len(items), wanted)
         try:
-            reply = await fn(items[start:stop])
+            if keep is None:
+                reply = await fn(items[start:stop])
+            else:
+                chosen = [items[i] for i in keep]
+                reply = _spread(await fn(chosen) if keep else [], keep, start, stop)
         except Exception as exc:  # the model's error is this span's outcome
             reply = exc
         try:
             start, stop = plan.send(reply)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+
+
+class _Unwanted:
+    """The outcome of an item left out because its caller no longer waits."""
+
+    def __repr__(self) -> str:
+        return "<unwanted>"
+
+
+UNWANTED: Any = _Unwanted()
+
+
+def _still_wanted(
+    start: int, stop: int, count: int, wanted: Callable[[int], bool] | None
+) -> list[int] | None:
+    """Indexes of the span still wanted, or None when all are (or it is the first call)."""
+    if wanted is None or (start, stop) == (0, count):
+        return None
+    keep = [i for i in range(start, stop) if wanted(i)]
+    return None if len(keep) == stop - start else keep
+
+
+def _spread(results: Sequence[Any], keep: list[int], start: int, stop: int) -> object:
+    """Place the results of the kept items at their positions in the span."""
+    try:
+        length = len(results)
+    except TypeError:
+        return results
+    if length != len(keep):
+        return results  # the plan reports the wrong length
+    spread: list[Any] = [UNWANTED] * (stop - start)
+    for index, result in zip(keep, results, strict=True):
+        spread[index - start] = result
+    return spread
 
 
 def _describe(value: object) -> str:

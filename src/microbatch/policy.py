@@ -24,7 +24,9 @@ __all__ = [
     "make_policy",
 ]
 
-_GAP_SMOOTHING = 0.2  # weight of the newest inter-arrival gap in its running mean
+# The mean gap between arrivals is averaged over about this many arrivals: enough to
+# see through waves of callers that come back together, few enough to follow the load.
+_GAP_MEMORY = 32
 
 
 @dataclass(slots=True)
@@ -37,8 +39,12 @@ class QueueState:
         in_flight: Items in released batches that have not finished.
         oldest_arrival_s: Arrival time of the oldest queued item.
         newest_arrival_s: Arrival time of the newest item.
-        arrival_gap_s: Smoothed time between arrivals (``None`` before the second).
+        arrival_gap_s: Mean time between recent arrivals (``None`` before the second).
         arrivals: Items that ever arrived.
+        last_finish_s: When the last batch finished (its callers may come back soon).
+        recent_peak: Most items queued or in flight at once, over the last one to two
+            windows of ``peak_window_s``: how many callers are around.
+        peak_window_s: Length of that window.
     """
 
     size: int = 0
@@ -48,26 +54,51 @@ class QueueState:
     newest_arrival_s: float = 0.0
     arrival_gap_s: float | None = None
     arrivals: int = 0
+    last_finish_s: float = float("-inf")
+    recent_peak: int = 0
+    peak_window_s: float = 1.0
+    _window_start: float = float("-inf")
+    _window_peak: int = 0
 
     def arrived(self, now: float, size: int) -> None:
         """Count one new queued item of ``size`` units that arrived at ``now``."""
         if self.arrivals:
             gap = now - self.newest_arrival_s
-            previous = self.arrival_gap_s
-            self.arrival_gap_s = (
-                gap if previous is None else previous + _GAP_SMOOTHING * (gap - previous)
-            )
+            mean = self.arrival_gap_s
+            weight = 1.0 / min(self.arrivals, _GAP_MEMORY)
+            self.arrival_gap_s = gap if mean is None else mean + weight * (gap - mean)
         if not self.count:
             self.oldest_arrival_s = now
         self.newest_arrival_s = now
         self.arrivals += 1
         self.count += 1
         self.size += size
+        active = self.count + self.in_flight
+        if now - self._window_start >= self.peak_window_s:
+            recent = now - self._window_start < 2 * self.peak_window_s
+            self.recent_peak = max(self._window_peak if recent else 0, active)
+            self._window_peak = active
+            self._window_start = now
+        elif active > self._window_peak:
+            self._window_peak = active
+            if active > self.recent_peak:
+                self.recent_peak = active
 
     def left(self, size: int) -> None:
         """Forget one queued item that will not run (cancelled or expired)."""
         self.count -= 1
         self.size -= size
+
+    def released(self, count: int, size: int) -> None:
+        """``count`` queued items of ``size`` units in all went out as a batch."""
+        self.count -= count
+        self.size -= size
+        self.in_flight += count
+
+    def finished(self, count: int, now: float) -> None:
+        """A batch of ``count`` items finished at ``now``."""
+        self.in_flight -= count
+        self.last_finish_s = now
 
 
 @runtime_checkable
@@ -157,26 +188,6 @@ class CostModel:
         self.fixed_s, self.per_unit_s = intercept, slope
 
 
-class _PeakWindow:
-    """The largest value seen in the last one to two windows of ``window_s``."""
-
-    def __init__(self, window_s: float) -> None:
-        self._window_s = window_s
-        self._start = float("-inf")
-        self._current = 0
-        self._previous = 0
-
-    def update(self, value: int, now: float) -> int:
-        if now - self._start >= self._window_s:
-            fresh = now - self._start < 2 * self._window_s
-            self._previous = self._current if fresh else 0
-            self._current = 0
-            self._start = now
-        if value > self._current:
-            self._current = value
-        return max(self._current, self._previous)
-
-
 class AdaptivePolicy:
     """Release as soon as waiting longer is not worth it, within a latency bound.
 
@@ -191,7 +202,9 @@ class AdaptivePolicy:
     4. the next arrival is not expected before that latest release time;
     5. arrivals are slow enough that batches of the current size keep up with them
        at ``target_utilization`` of the slots;
-    6. the next arrival is overdue (twice the mean gap), so the stream has paused.
+    6. the next arrival is overdue, so the stream has paused: no arrival within
+       twice the mean gap (or ``patience_share`` of the predicted batch cost, if
+       longer) after the last arrival or finished batch.
 
     Otherwise it asks to be woken at the earlier of the latency limit (3) and the
     overdue time (6), or at the next arrival.
@@ -204,22 +217,21 @@ class AdaptivePolicy:
         *,
         slots: int = 1,
         target_utilization: float = 0.8,
-        callers_window_s: float = 1.0,
+        patience_share: float = 0.1,
     ) -> None:
         self.max_batch_size = max_batch_size
         self.max_latency_s = max_latency_s
         self.slots = slots
         self.target_utilization = target_utilization
+        self.patience_share = patience_share
         self.cost = CostModel()
-        self._callers = _PeakWindow(callers_window_s)
 
     def release_at(self, state: QueueState, now: float) -> float:
         """The release time by the rules in the class docstring."""
         size = state.size
         if size >= self.max_batch_size or self.max_latency_s <= 0:
             return now
-        active = state.count + state.in_flight
-        if active >= self._callers.update(active, now):
+        if state.count + state.in_flight >= state.recent_peak:
             return now
         cost = self.cost
         latest = state.oldest_arrival_s + self.max_latency_s - cost.predict(size + 1)
@@ -233,7 +245,10 @@ class AdaptivePolicy:
         load = cost.predict(size) / (size * gap) if gap > 0 else float("inf")
         if load <= self.target_utilization * self.slots:
             return now
-        return min(latest, state.newest_arrival_s + 2 * gap)
+        # Patience for the next arrival: bursty callers arrive in waves, so allow a
+        # small share of the batch's own cost beyond twice the mean gap.
+        patience = max(2 * gap, self.patience_share * cost.predict(size + 1))
+        return min(latest, max(state.newest_arrival_s, state.last_finish_s) + patience)
 
     def batch_finished(self, size: int, duration_s: float) -> None:
         """Feed the cost model."""

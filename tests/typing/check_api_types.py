@@ -1,0 +1,38 @@
+"""Checked by mypy in CI (not run): the decorator turns ``list[T] -> list[R]`` into ``T -> R``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from typing_extensions import assert_type
+
+import microbatch
+
+
+@dataclass
+class Row:
+    value: float
+
+
+@microbatch.batch(max_batch_size=64, max_latency_ms=10)
+async def embed(texts: list[str]) -> list[list[float]]:
+    return [[float(len(t))] for t in texts]
+
+
+@microbatch.batch(max_batch_size=64, max_latency_ms=10)
+def score(rows: list[Row]) -> list[float]:
+    return [r.value for r in rows]
+
+
+@microbatch.batch
+def bare(xs: list[int]) -> list[str]:
+    return [str(x) for x in xs]
+
+
+async def uses() -> None:
+    assert_type(await embed("one text"), list[float])
+    assert_type(score(Row(1.0)), float)
+    assert_type(await score.acall(Row(2.0)), float)
+    assert_type(bare(3), str)
+    await embed(3)  # type: ignore[arg-type]
+    score("not a row")  # type: ignore[arg-type]

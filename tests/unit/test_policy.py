@@ -1,0 +1,180 @@
+"""Timing decisions, as pure functions of the queue state and ``now``."""
+
+from __future__ import annotations
+
+import pytest
+
+from microbatch import AdaptivePolicy, BatchConfig, CostModel, FixedPolicy, QueueState
+from microbatch.policy import make_policy
+
+
+def queue(now: float, arrivals: list[float], *, in_flight: int = 0) -> QueueState:
+    state = QueueState()
+    state.in_flight = in_flight
+    for at in arrivals:
+        state.arrived(at, 1)
+    state.oldest_arrival_s = arrivals[0]
+    return state
+
+
+class TestFixed:
+    def test_waits_max_latency_from_the_first_arrival(self) -> None:
+        policy = FixedPolicy(max_batch_size=4, max_latency_s=0.010)
+        state = queue(0.0, [1.000, 1.004])
+        assert policy.release_at(state, 1.005) == pytest.approx(1.010)
+
+    def test_releases_a_full_batch_at_once(self) -> None:
+        policy = FixedPolicy(max_batch_size=2, max_latency_s=0.010)
+        state = queue(0.0, [1.000, 1.001])
+        assert policy.release_at(state, 1.001) == 1.001
+
+
+class TestCostModel:
+    def test_fits_fixed_plus_per_unit_cost(self) -> None:
+        model = CostModel()
+        for size in (1, 2, 4, 8, 16, 32, 64) * 3:
+            model.observe(size, 0.002 + 0.00002 * size)
+        assert model.fixed_s == pytest.approx(0.002, rel=1e-6)
+        assert model.per_unit_s == pytest.approx(0.00002, rel=1e-6)
+        assert model.predict(64) == pytest.approx(0.00328, rel=1e-6)
+
+    def test_a_single_size_is_taken_as_proportional(self) -> None:
+        model = CostModel()
+        model.observe(4, 0.004)
+        model.observe(4, 0.004)
+        assert model.predict(4) == pytest.approx(0.004)
+        assert model.predict(8) == pytest.approx(0.008)
+
+    def test_predicts_nothing_before_a_sample(self) -> None:
+        assert CostModel().predict(10) == 0.0
+
+    def test_follows_a_model_that_slows_down(self) -> None:
+        model = CostModel()
+        for size in (8, 16) * 10:
+            model.observe(size, 0.001 * size)
+        for size in (8, 16) * 60:
+            model.observe(size, 0.002 * size)
+        assert model.predict(16) == pytest.approx(0.032, rel=0.05)
+
+
+class TestAdaptive:
+    def make(self, *, batch: int = 64, latency_s: float = 0.010) -> AdaptivePolicy:
+        return AdaptivePolicy(batch, latency_s)
+
+    def test_never_waits_at_concurrency_one(self) -> None:
+        policy = self.make()
+        for _ in range(50):
+            policy.batch_finished(1, 0.002)
+        state = QueueState()
+        now = 0.0
+        for _ in range(20):
+            state.arrived(now, 1)
+            state.oldest_arrival_s = now
+            assert policy.release_at(state, now) == now
+            state.released(1, 1)
+            now += 0.002
+            state.finished(1, now)
+
+    def test_waits_for_every_caller_seen_recently(self) -> None:
+        policy = self.make()
+        for _ in range(10):
+            policy.batch_finished(16, 0.0023)
+        state = QueueState()
+        for i in range(16):  # 16 callers were seen at once
+            state.arrived(i * 1e-5, 1)
+        state.released(16, 16)
+        state.finished(16, 0.003)
+        now = 0.003
+        for i in range(15):
+            state.arrived(now + i * 1e-5, 1)
+        state.oldest_arrival_s = now
+        assert policy.release_at(state, now + 2e-4) > now + 2e-4  # one caller is missing
+        state.arrived(now + 3e-4, 1)
+        assert policy.release_at(state, now + 3e-4) == now + 3e-4  # everyone is in
+
+    def test_releases_in_time_for_the_latency_bound(self) -> None:
+        policy = self.make(latency_s=0.010)
+        for size in (4, 8) * 10:
+            policy.batch_finished(size, 0.002 + 0.0001 * size)
+        state = QueueState()
+        for i in range(5):
+            state.arrived(i * 0.0001, 1)
+        state.recent_peak = 100  # many callers around: rule 2 does not fire
+        state.oldest_arrival_s = 0.0
+        state.arrival_gap_s = 0.0001
+        # a fast stream would fill the batch: it waits, but not past the bound
+        at = policy.release_at(state, 0.0005)
+        assert 0.0005 < at <= 0.010 - policy.cost.predict(6) + 1e-12
+        # once the bound is near, it goes
+        assert policy.release_at(state, 0.0090) == 0.0090
+
+    def test_no_waiting_when_arrivals_are_slow_for_the_model(self) -> None:
+        policy = self.make()
+        for size in (1, 2) * 10:
+            policy.batch_finished(size, 0.0001 * size)  # a cheap model
+        state = QueueState()
+        state.arrived(0.0, 1)
+        state.arrived(0.001, 1)  # one arrival per ms: batch of 2 costs 0.2 ms
+        state.recent_peak = 100  # many callers around: rule 2 does not fire
+        state.oldest_arrival_s = 0.0
+        assert policy.release_at(state, 0.001) == 0.001
+
+    def test_waits_when_arrivals_outpace_small_batches(self) -> None:
+        policy = self.make()
+        for size in (1, 2, 4) * 10:
+            policy.batch_finished(size, 0.002 + 0.00002 * size)
+        state = QueueState()
+        for i in range(4):
+            state.arrived(i * 0.0001, 1)  # 10k arrivals/s: batches of 4 cannot keep up
+        state.recent_peak = 100  # many callers around: rule 2 does not fire
+        state.oldest_arrival_s = 0.0
+        assert policy.release_at(state, 0.0003) > 0.0003
+
+    def test_stops_waiting_when_the_stream_pauses(self) -> None:
+        policy = self.make()
+        for size in (1, 2, 4) * 10:
+            policy.batch_finished(size, 0.002 + 0.00002 * size)
+        state = QueueState()
+        for i in range(4):
+            state.arrived(i * 0.0001, 1)
+        state.recent_peak = 100  # many callers around: rule 2 does not fire
+        state.oldest_arrival_s = 0.0
+        at = policy.release_at(state, 0.0003)
+        assert at < 0.010
+        assert policy.release_at(state, at) == at
+
+    def test_full_batch_goes_at_once(self) -> None:
+        policy = self.make(batch=2)
+        state = queue(0.0, [0.0, 0.0])
+        state.recent_peak = 100  # many callers around: rule 2 does not fire
+        assert policy.release_at(state, 0.0) == 0.0
+
+    def test_zero_latency_bound_means_no_waiting(self) -> None:
+        policy = self.make(latency_s=0.0)
+        state = queue(0.0, [0.0])
+        state.recent_peak = 100
+        assert policy.release_at(state, 0.0) == 0.0
+
+
+def test_make_policy_builds_a_fresh_policy_per_batcher() -> None:
+    config = BatchConfig(max_batch_size=8, max_latency_ms=5, max_concurrent_batches=2)
+    first, second = make_policy(config), make_policy(config)
+    assert isinstance(first, AdaptivePolicy) and first is not second
+    assert first.slots == 2
+    fixed = make_policy(BatchConfig(policy="fixed", max_latency_ms=5))
+    assert isinstance(fixed, FixedPolicy) and fixed.max_latency_s == pytest.approx(0.005)
+
+
+def test_peak_of_callers_is_forgotten_after_two_windows() -> None:
+    state = QueueState()
+    for i in range(10):
+        state.arrived(0.0 + i * 1e-6, 1)
+    assert state.recent_peak == 10
+    state.released(10, 10)
+    state.finished(10, 0.01)
+    state.arrived(1.5, 1)  # next window: the old peak is still remembered
+    assert state.recent_peak == 10
+    state.released(1, 1)
+    state.finished(1, 1.6)
+    state.arrived(4.0, 1)  # two windows later it is gone
+    assert state.recent_peak == 1
