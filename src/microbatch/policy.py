@@ -141,9 +141,11 @@ class CostModel:
     """Batch run time as ``a + b * size``, fitted online by weighted least squares.
 
     Older batches weigh less (each new batch multiplies the old weights by
-    ``forgetting``), so the fit follows a model whose speed changes. With a single
-    batch size seen so far the cost is taken as proportional to size, which
-    overestimates large batches: the safe side for a latency bound.
+    ``forgetting``), so the fit follows a model whose speed changes. While the
+    batches seen all had about one size ``n``, their mean time ``d`` is taken as the
+    cost of any batch up to ``n``, and as growing in proportion above it: an
+    overestimate on both sides, the safe side for a latency bound and for deciding
+    that small batches keep up.
     """
 
     def __init__(self, forgetting: float = 0.95) -> None:
@@ -151,6 +153,7 @@ class CostModel:
         self._w = self._wn = self._wnn = self._wd = self._wnd = 0.0
         self.fixed_s = 0.0
         self.per_unit_s = 0.0
+        self._single_size = 0.0  # > 0 while only one batch size has been seen
 
     @property
     def samples(self) -> float:
@@ -170,19 +173,23 @@ class CostModel:
 
     def predict(self, size: int) -> float:
         """Predicted seconds to run a batch of ``size`` units (0 before any sample)."""
+        if self._single_size and size <= self._single_size:
+            return self.fixed_s + self.per_unit_s * self._single_size
         return self.fixed_s + self.per_unit_s * size
 
     def _refit(self) -> None:
         w, wn, wnn, wd, wnd = self._w, self._wn, self._wnn, self._wd, self._wnd
-        mean_n = wn / w
+        mean_n, mean_d = wn / w, wd / w
         variance = wnn / w - mean_n * mean_n
-        if variance <= 1e-9 * max(1.0, mean_n * mean_n):
-            self.fixed_s, self.per_unit_s = 0.0, (wd / w) / max(mean_n, 1.0)
+        if variance < 0.25:  # sizes within about half a unit of each other
+            self._single_size = max(mean_n, 1.0)
+            self.fixed_s, self.per_unit_s = 0.0, mean_d / self._single_size
             return
-        slope = (wnd / w - mean_n * wd / w) / variance
-        intercept = wd / w - slope * mean_n
+        self._single_size = 0.0
+        slope = (wnd / w - mean_n * mean_d) / variance
+        intercept = mean_d - slope * mean_n
         if slope < 0:
-            slope, intercept = 0.0, wd / w
+            slope, intercept = 0.0, mean_d
         elif intercept < 0:
             slope, intercept = wnd / wnn, 0.0
         self.fixed_s, self.per_unit_s = intercept, slope
@@ -200,8 +207,9 @@ class AdaptivePolicy:
     3. waiting would push the oldest item past ``max_latency_s``, given the
        predicted run time of a batch one item larger;
     4. the next arrival is not expected before that latest release time;
-    5. arrivals are slow enough that batches of the current size keep up with them
-       at ``target_utilization`` of the slots;
+    5. the queue formed while the slots were idle, and arrivals are slow enough
+       that batches of the current size keep up with them at
+       ``target_utilization`` of the slots;
     6. the next arrival is overdue, so the stream has paused: no arrival within
        twice the mean gap (or ``patience_share`` of the predicted batch cost, if
        longer) after the last arrival or finished batch.
@@ -217,7 +225,7 @@ class AdaptivePolicy:
         *,
         slots: int = 1,
         target_utilization: float = 0.8,
-        patience_share: float = 0.1,
+        patience_share: float = 0.25,
     ) -> None:
         self.max_batch_size = max_batch_size
         self.max_latency_s = max_latency_s
@@ -225,30 +233,45 @@ class AdaptivePolicy:
         self.target_utilization = target_utilization
         self.patience_share = patience_share
         self.cost = CostModel()
+        self.reason = ""
 
     def release_at(self, state: QueueState, now: float) -> float:
-        """The release time by the rules in the class docstring."""
+        """The release time by the rules in the class docstring.
+
+        ``reason`` names the rule behind the last decision ("full", "callers",
+        "latency", "no-arrival", "keeps-up", "paused", or "wait").
+        """
         size = state.size
         if size >= self.max_batch_size or self.max_latency_s <= 0:
+            self.reason = "full"
             return now
         if state.count + state.in_flight >= state.recent_peak:
+            self.reason = "callers"
             return now
         cost = self.cost
         latest = state.oldest_arrival_s + self.max_latency_s - cost.predict(size + 1)
         gap = state.arrival_gap_s
         if latest <= now or gap is None:
+            self.reason = "latency"
             return now
-        next_arrival = state.newest_arrival_s + gap
-        if next_arrival > latest:
+        if state.newest_arrival_s + gap > latest:
+            self.reason = "no-arrival"
             return now
-        # Slot time that arrivals need per second if every batch had this size.
-        load = cost.predict(size) / (size * gap) if gap > 0 else float("inf")
-        if load <= self.target_utilization * self.slots:
-            return now
+        # Slot time that arrivals need per second if every batch had this size. Only
+        # when the queue formed after the last batch: items that waited through a
+        # batch mean the load is high, and in a closed loop the arrival rate only
+        # mirrors the batch sizes chosen, so it cannot tell whether they suffice.
+        if state.oldest_arrival_s > state.last_finish_s:
+            load = cost.predict(size) / (size * gap) if gap > 0 else float("inf")
+            if load <= self.target_utilization * self.slots:
+                self.reason = "keeps-up"
+                return now
         # Patience for the next arrival: bursty callers arrive in waves, so allow a
         # small share of the batch's own cost beyond twice the mean gap.
         patience = max(2 * gap, self.patience_share * cost.predict(size + 1))
-        return min(latest, max(state.newest_arrival_s, state.last_finish_s) + patience)
+        at = min(latest, max(state.newest_arrival_s, state.last_finish_s) + patience)
+        self.reason = "paused" if at <= now else "wait"
+        return at
 
     def batch_finished(self, size: int, duration_s: float) -> None:
         """Feed the cost model."""

@@ -38,10 +38,11 @@ class TestCostModel:
         assert model.per_unit_s == pytest.approx(0.00002, rel=1e-6)
         assert model.predict(64) == pytest.approx(0.00328, rel=1e-6)
 
-    def test_a_single_size_is_taken_as_proportional(self) -> None:
+    def test_a_single_size_is_an_upper_bound_below_and_proportional_above(self) -> None:
         model = CostModel()
         model.observe(4, 0.004)
         model.observe(4, 0.004)
+        assert model.predict(1) == pytest.approx(0.004)
         assert model.predict(4) == pytest.approx(0.004)
         assert model.predict(8) == pytest.approx(0.008)
 
