@@ -9,6 +9,8 @@ While every slot is busy the queue keeps filling, so batches grow under load.
 from __future__ import annotations
 
 import asyncio
+import time
+import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -92,8 +94,12 @@ class Batcher(Generic[T, R]):
         self._timer: Timer | None = None
         self._timer_at = 0.0
         self._closing = False
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_ref: weakref.ref[asyncio.AbstractEventLoop] | None = None
         self._executor: ThreadPoolExecutor | None = None
+        # Hot-path copies: one item without deadline, size or rows needs no more.
+        self._plain = self._rows is None and self.config.size_fn is None
+        self._max_queue = self.config.max_queue
+        self._now = time.monotonic if isinstance(self._clock, MonotonicClock) else self._clock.now
 
     # -- calling -----------------------------------------------------------------
 
@@ -114,6 +120,13 @@ class Batcher(Generic[T, R]):
             ItemTooLarge: One item is bigger than ``max_batch_size`` (without rows).
             Exception: Whatever the batch function raised or returned for this item.
         """
+        if self._plain and timeout_s is None and deadline is None and not self.config.timeout_s:
+            entry = self._enqueue(item, 1, None)
+            try:
+                return await entry.future  # type: ignore[no-any-return]
+            except asyncio.CancelledError:
+                self._abandon(entry)
+                raise
         due = self._deadline(timeout_s, deadline)
         if self._rows is not None:
             return await self._submit_rows(item, due)  # type: ignore[no-any-return]
@@ -143,7 +156,7 @@ class Batcher(Generic[T, R]):
                 if entry.queued:
                     self._drop(entry)
                     _settle(entry.future, BatcherClosed("the batcher closed before this item ran"))
-        if self._loop is not None:
+        if self._loop_ref is not None and self._loop_ref() is asyncio.get_running_loop():
             self._dispatch()
         while self._running:
             await asyncio.wait(list(self._running))
@@ -168,20 +181,20 @@ class Batcher(Generic[T, R]):
             timeout_s = self.config.timeout_s
         if timeout_s is None:
             return deadline
-        due = self._clock.now() + timeout_s
+        due = self._now() + timeout_s
         return due if deadline is None else min(due, deadline)
 
     def _enqueue(self, item: Any, size: int, deadline: float | None) -> _Entry:
         loop = asyncio.get_running_loop()
-        if loop is not self._loop:
+        if self._loop_ref is None or self._loop_ref() is not loop:
             self._bind(loop)
         if self._closing:
             raise BatcherClosed("the batcher is closed")
         state = self._state
-        if state.count >= self.config.max_queue:
+        if state.count >= self._max_queue:
             self._stats.rejected += 1
             raise Overloaded(f"the queue is full ({state.count} items waiting)")
-        now = self._clock.now()
+        now = self._now()
         if deadline is not None and deadline <= now:
             self._stats.expired += 1
             raise DeadlineExceeded("the deadline passed before the item was queued")
@@ -219,9 +232,10 @@ class Batcher(Generic[T, R]):
         return self._rows.join(results)
 
     def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._loop is not None:
+        """Belong to ``loop``: the first loop to submit, or any once that one is gone."""
+        if self._loop_ref is not None and self._loop_ref() is not None:
             raise RuntimeError("this Batcher belongs to another event loop; make one per loop")
-        self._loop = loop
+        self._loop_ref = weakref.ref(loop)
 
     def _abandon(self, entry: _Entry) -> None:
         """The caller stopped waiting."""
@@ -262,7 +276,7 @@ class Batcher(Generic[T, R]):
             while not queue[0].queued:
                 queue.popleft()
             state.oldest_arrival_s = queue[0].arrival
-            clock_now = self._clock.now()
+            clock_now = self._now()
             now = clock_now if now is None or clock_now > now else now
             if self._free_slots and not self._closing:
                 at = self._policy.release_at(state, now)
@@ -319,8 +333,7 @@ class Batcher(Generic[T, R]):
         else:
             self._ahead += 1
         self._stats.released(units, [now - entry.arrival for entry in batch])
-        assert self._loop is not None
-        task = self._loop.create_task(self._run(batch))
+        task = asyncio.get_running_loop().create_task(self._run(batch))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
@@ -330,20 +343,24 @@ class Batcher(Generic[T, R]):
             if self._is_async:
                 live, outcomes, duration = await self._execute_async(batch)
             else:
-                assert self._loop is not None
                 if self._executor is None:
                     self._executor = ThreadPoolExecutor(
                         self.config.max_concurrent_batches, thread_name_prefix="microbatch"
                     )
-                live, outcomes, duration = await self._loop.run_in_executor(
+                live, outcomes, duration = await asyncio.get_running_loop().run_in_executor(
                     self._executor, self._execute_in_thread, batch
                 )
             if live:
                 self._policy.batch_finished(sum(entry.size for entry in live), duration)
             for entry, outcome in zip(live, outcomes, strict=True):
+                future = entry.future
+                if future.done():
+                    continue
                 if isinstance(outcome, BaseException):
                     self._stats.failed += 1
-                _settle(entry.future, outcome)
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(outcome)
         except BaseException as exc:
             for entry in batch:
                 _settle(entry.future, MicrobatchError(f"the batch was aborted: {exc!r}"))
@@ -352,7 +369,7 @@ class Batcher(Generic[T, R]):
             for entry in batch:
                 if entry.timer is not None:
                     entry.timer.cancel()
-            self._state.finished(len(batch), self._clock.now())
+            self._state.finished(len(batch), self._now())
             if self._ahead:
                 self._ahead -= 1  # a batch waiting in the pool took the thread
             else:
@@ -364,11 +381,11 @@ class Batcher(Generic[T, R]):
         if not live:
             return live, [], 0.0
         fn: Callable[[list[Any]], Awaitable[Sequence[Any]]] = self._fn  # type: ignore[assignment]
-        start = self._clock.now()
+        start = self._now()
         outcomes = await run_batch_async(
             fn, [entry.item for entry in live], self.config.isolate_errors, _wanted(live)
         )
-        return live, outcomes, self._clock.now() - start
+        return live, outcomes, self._now() - start
 
     def _execute_in_thread(self, batch: list[_Entry]) -> tuple[list[_Entry], list[Any], float]:
         """Runs in a pool thread. Items answered meanwhile (deadline, cancelled) are skipped."""
@@ -376,11 +393,11 @@ class Batcher(Generic[T, R]):
         if not live:
             return live, [], 0.0
         fn: Callable[[list[Any]], Sequence[Any]] = self._fn  # type: ignore[assignment]
-        start = self._clock.now()
+        start = self._now()
         outcomes = run_batch(
             fn, [entry.item for entry in live], self.config.isolate_errors, _wanted(live)
         )
-        return live, outcomes, self._clock.now() - start
+        return live, outcomes, self._now() - start
 
 
 def _wanted(live: list[_Entry]) -> Callable[[int], bool]:

@@ -12,6 +12,7 @@ and a batch function that calls its own batcher gets an error instead of a deadl
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from types import TracebackType
@@ -36,34 +37,42 @@ _PENDING = object()
 class _Call:
     """One caller's request: its items (several parts with rows) and its wake-up.
 
-    The wake-up is a lock held while "armed": whoever settles the call or hands it
-    the lead releases it once, under the batcher's lock. The caller sleeps on it
-    without holding the batcher's lock, so a settled caller returns at once instead
-    of queueing for that lock behind everyone else.
+    The wake-up is a lock held while "armed", made only when the caller first has to
+    wait: whoever settles the call or hands it the lead releases it once, under the
+    batcher's lock. The caller sleeps on it without holding the batcher's lock, so a
+    settled caller returns at once instead of queueing for that lock.
     """
 
     __slots__ = ("armed", "deadline", "entries", "pending", "signal")
 
     def __init__(self, deadline: float | None) -> None:
-        self.signal = threading.Lock()
-        self.signal.acquire()
-        self.armed = True
+        self.signal: threading.Lock | None = None
+        self.armed = False
         self.deadline = deadline
         self.entries: list[_Entry] = []
         self.pending = 0
 
+    def arm(self) -> threading.Lock:
+        """Before a wait (batcher lock held): make the wait block until woken."""
+        signal = self.signal
+        if signal is None:
+            signal = self.signal = threading.Lock()
+            signal.acquire()
+        self.armed = True
+        return signal
+
     def wake(self) -> None:
-        """Wake the caller (batcher lock held); a no-op if it is already woken."""
+        """Wake the caller (batcher lock held); a no-op unless it is armed."""
         if self.armed:
             self.armed = False
-            self.signal.release()
+            self.signal.release()  # type: ignore[union-attr]
 
-    def rearm(self, woken: bool) -> None:
-        """After a wait (batcher lock held): make the next wait block again."""
-        if not self.armed:
-            if not woken:  # released after our wait timed out: take it back
-                self.signal.acquire()
-            self.armed = True
+    def disarm(self, woken: bool) -> None:
+        """After a wait (batcher lock held): leave the signal held and not armed."""
+        if self.armed:
+            self.armed = False  # timed out, nobody woke us: the lock is still held
+        elif not woken:
+            self.signal.acquire()  # type: ignore[union-attr]  # woken after we timed out
 
 
 class _Entry:
@@ -117,7 +126,10 @@ class CooperativeBatcher(Generic[T, R]):
         self._leader_waits_for_policy = False
         self._free_slots = self.config.max_concurrent_batches
         self._closing = False
-        self._inside = threading.local()
+        self._runners: set[int] = set()  # threads running a batch now
+        self._closers = 0  # threads waiting in close()
+        self._leader_sleeps = False  # the leader waits on _leader_waits
+        self._now = time.monotonic if isinstance(self._clock, MonotonicClock) else self._clock.now
 
     # -- calling -----------------------------------------------------------------
 
@@ -139,36 +151,35 @@ class CooperativeBatcher(Generic[T, R]):
             RuntimeError: Called from inside this batcher's own batch function.
             Exception: Whatever the batch function raised or returned for this item.
         """
-        if getattr(self._inside, "running", False):
+        if self._runners and threading.get_ident() in self._runners:
             raise RuntimeError("a batch function called its own batcher: that would deadlock")
         if timeout_s is None:
             timeout_s = self.config.timeout_s
         if timeout_s is not None:
-            due = self._clock.now() + timeout_s
+            due = self._now() + timeout_s
             deadline = due if deadline is None else min(due, deadline)
         parts = self._parts(item)
-        with self._lock:
+        lock = self._lock
+        with lock:
             call = self._enqueue(parts, deadline)
-            if self._leader is None:
-                self._leader = call
-            leading = self._leader is call
-        while True:
-            if leading:
-                with self._lock:
+            while True:
+                if self._leader is None:
+                    self._leader = call
+                if self._leader is call:
                     self._lead(call)
-            if not call.pending:
-                break
-            woken = call.signal.acquire(True, self._seconds_left(call))
-            if not call.pending:
-                break
-            with self._lock:
-                call.rearm(woken)
                 if not call.pending:
                     break
-                leading = self._leader is call
-                if not leading and self._seconds_left(call) == 0:
+                if call.deadline is not None and self._now() >= call.deadline:
                     self._expire(call)
                     break
+                signal = call.arm()
+                woken = False
+                lock.release()
+                try:
+                    woken = signal.acquire(True, self._seconds_left(call))
+                finally:
+                    lock.acquire()
+                    call.disarm(woken)
         return self._outcome(call)  # type: ignore[no-any-return]
 
     def stats(self) -> BatcherStats:
@@ -192,8 +203,12 @@ class CooperativeBatcher(Generic[T, R]):
                             entry, BatcherClosed("the batcher closed before this item ran")
                         )
             self._leader_waits.notify()
-            while self._state.count or self._state.in_flight:
-                self._settled.wait()
+            self._closers += 1
+            try:
+                while self._state.count or self._state.in_flight:
+                    self._settled.wait()
+            finally:
+                self._closers -= 1
 
     def __enter__(self) -> CooperativeBatcher[T, R]:
         return self
@@ -230,7 +245,7 @@ class CooperativeBatcher(Generic[T, R]):
         if state.count + len(parts) > self.config.max_queue:
             self._stats.rejected += 1
             raise Overloaded(f"the queue is full ({state.count} items waiting)")
-        now = self._clock.now()
+        now = self._now()
         if deadline is not None and deadline <= now:
             self._stats.expired += 1
             raise DeadlineExceeded("the deadline passed before the item was queued")
@@ -249,9 +264,14 @@ class CooperativeBatcher(Generic[T, R]):
         """Seconds until the call's deadline (0 if passed), or -1 for no deadline."""
         if call.deadline is None:
             return -1
-        return max(call.deadline - self._clock.now(), 0.0)
+        return max(call.deadline - self._now(), 0.0)
 
     def _outcome(self, call: _Call) -> Any:
+        if len(call.entries) == 1:
+            outcome = call.entries[0].outcome
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
         outcomes = [entry.outcome for entry in call.entries]
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
@@ -266,13 +286,13 @@ class CooperativeBatcher(Generic[T, R]):
         """Release batches while this call leads; return once it is settled or not leading."""
         state = self._state
         while self._leader is call and call.pending:
-            now = self._clock.now()
+            now = self._now()
             if call.deadline is not None and now >= call.deadline:
                 self._expire(call)
                 break
             timeout = None if call.deadline is None else call.deadline - now
             if not self._free_slots:
-                self._leader_waits.wait(timeout)
+                self._leader_sleep(timeout)
                 continue
             head = self._head()
             if head is None or head.call is not call:
@@ -282,7 +302,7 @@ class CooperativeBatcher(Generic[T, R]):
                 at = self._policy.release_at(state, now)
                 if at > now:
                     self._leader_waits_for_policy = True
-                    self._leader_waits.wait(at - now if timeout is None else min(at - now, timeout))
+                    self._leader_sleep(at - now if timeout is None else min(at - now, timeout))
                     self._leader_waits_for_policy = False
                     continue
             batch, units = self._take(now)
@@ -290,6 +310,13 @@ class CooperativeBatcher(Generic[T, R]):
             self._run(batch, units)
         if self._leader is call:
             self._pass_lead()
+
+    def _leader_sleep(self, timeout: float | None) -> None:
+        self._leader_sleeps = True
+        try:
+            self._leader_waits.wait(timeout)
+        finally:
+            self._leader_sleeps = False
 
     def _head(self) -> _Entry | None:
         queue = self._queue
@@ -328,29 +355,32 @@ class CooperativeBatcher(Generic[T, R]):
         """Run a batch with the lock released; settle its items with it held again."""
         items = [entry.item for entry in batch]
         outcomes: list[Any] | None = None
+        me = threading.get_ident()
+        self._runners.add(me)
         self._lock.release()
         try:
-            self._inside.running = True
-            start = self._clock.now()
+            start = self._now()
             outcomes = run_batch(
                 self._fn, items, self.config.isolate_errors, lambda i: batch[i].outcome is _PENDING
             )
-            duration = self._clock.now() - start
+            end = self._now()
         finally:
-            self._inside.running = False
             self._lock.acquire()
+            self._runners.discard(me)
             if outcomes is None:
                 for entry in batch:
                     self._settle(entry, MicrobatchError("the batch was aborted"))
-            self._state.finished(len(batch), self._clock.now())
+                end = self._now()
+            self._state.finished(len(batch), end)
             self._free_slots += 1
-            self._leader_waits.notify()
-        self._policy.batch_finished(units, duration)
+            if self._leader_sleeps:
+                self._leader_waits.notify()
+        self._policy.batch_finished(units, end - start)
         for entry, outcome in zip(batch, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 self._stats.failed += 1
             self._settle(entry, outcome)
-        if not (self._state.count or self._state.in_flight):
+        if self._closers and not (self._state.count or self._state.in_flight):
             self._settled.notify_all()
 
     # -- settling (lock held) ----------------------------------------------------
@@ -373,7 +403,7 @@ class CooperativeBatcher(Generic[T, R]):
                 self._settle(
                     entry, DeadlineExceeded("the deadline passed before the result was ready")
                 )
-        if not (self._state.count or self._state.in_flight):
+        if self._closers and not (self._state.count or self._state.in_flight):
             self._settled.notify_all()
 
     def _drop(self, entry: _Entry) -> None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Sequence
+import weakref
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypedDict, TypeVar, overload
 from weakref import WeakKeyDictionary
 
@@ -55,18 +56,23 @@ class _LoopBatchers(Generic[T, R]):
             WeakKeyDictionary()
         )
         self.last: Batcher[T, R] | None = None
+        self._last_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
 
     def current(self) -> Batcher[T, R]:
         loop = asyncio.get_running_loop()
+        if self._last_loop is not None and self._last_loop() is loop:
+            return self.last  # type: ignore[return-value]
         batcher = self._by_loop.get(loop)
         if batcher is None:
             batcher = self._by_loop[loop] = Batcher(self._fn, self._config)
-        self.last = batcher
+        self.last, self._last_loop = batcher, weakref.ref(loop)
         return batcher
 
     async def close(self) -> None:
         loop = asyncio.get_running_loop()
         batcher = self._by_loop.pop(loop, None)
+        if self._last_loop is not None and self._last_loop() is loop:
+            self._last_loop = None
         if batcher is not None:
             await batcher.close()
 
@@ -81,10 +87,17 @@ class AsyncBatchedFunction(Generic[T, R]):
         self.config = config
         self._batchers: _LoopBatchers[T, R] = _LoopBatchers(fn, config)
 
-    async def __call__(
+    def __call__(
         self, item: T, /, *, timeout_s: float | None = None, deadline: float | None = None
-    ) -> R:
+    ) -> Coroutine[Any, Any, R]:
         """Submit one item and await its result; see :meth:`Batcher.submit`."""
+        try:
+            batcher = self._batchers.current()
+        except RuntimeError:  # no running loop yet, as in asyncio.run(fn(item))
+            return self._submit_later(item, timeout_s, deadline)
+        return batcher.submit(item, timeout_s=timeout_s, deadline=deadline)
+
+    async def _submit_later(self, item: T, timeout_s: float | None, deadline: float | None) -> R:
         return await self._batchers.current().submit(item, timeout_s=timeout_s, deadline=deadline)
 
     @property

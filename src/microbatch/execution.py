@@ -70,22 +70,28 @@ def run_batch(
     leaves out the items that no longer do (their caller gave up meanwhile), so an
     expired or cancelled item is never computed again.
     """
+    reply: object
+    try:
+        reply = fn(items)
+    except Exception as exc:  # the model's error is this span's outcome
+        reply = exc
+    if _complete(reply, len(items)):
+        return reply  # type: ignore[return-value]
     plan = execution_plan(len(items), isolate_errors)
-    start, stop = next(plan)
+    next(plan)
     while True:
-        reply: object
-        keep = _still_wanted(start, stop, len(items), wanted)
+        try:
+            start, stop = plan.send(reply)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        keep = _still_wanted(start, stop, wanted)
         try:
             if keep is None:
                 reply = fn(items[start:stop])
             else:
                 reply = _spread(fn([items[i] for i in keep]) if keep else [], keep, start, stop)
-        except Exception as exc:  # the model's error is this span's outcome
+        except Exception as exc:
             reply = exc
-        try:
-            start, stop = plan.send(reply)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
 
 
 async def run_batch_async(
@@ -95,23 +101,39 @@ async def run_batch_async(
     wanted: Callable[[int], bool] | None = None,
 ) -> list[Any]:
     """Like :func:`run_batch` for a function that returns an awaitable."""
+    reply: object
+    try:
+        reply = await fn(items)
+    except Exception as exc:  # the model's error is this span's outcome
+        reply = exc
+    if _complete(reply, len(items)):
+        return reply  # type: ignore[return-value]
     plan = execution_plan(len(items), isolate_errors)
-    start, stop = next(plan)
+    next(plan)
     while True:
-        reply: object
-        keep = _still_wanted(start, stop, len(items), wanted)
+        try:
+            start, stop = plan.send(reply)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        keep = _still_wanted(start, stop, wanted)
         try:
             if keep is None:
                 reply = await fn(items[start:stop])
             else:
                 chosen = [items[i] for i in keep]
                 reply = _spread(await fn(chosen) if keep else [], keep, start, stop)
-        except Exception as exc:  # the model's error is this span's outcome
+        except Exception as exc:
             reply = exc
-        try:
-            start, stop = plan.send(reply)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+
+
+def _complete(reply: object, count: int) -> bool:
+    """Whether ``reply`` is a plain list of ``count`` results with no error among them:
+    the common case, which needs no plan."""
+    return (
+        type(reply) is list
+        and len(reply) == count
+        and not any(isinstance(result, BaseException) for result in reply)
+    )
 
 
 class _Unwanted:
@@ -124,11 +146,9 @@ class _Unwanted:
 UNWANTED: Any = _Unwanted()
 
 
-def _still_wanted(
-    start: int, stop: int, count: int, wanted: Callable[[int], bool] | None
-) -> list[int] | None:
-    """Indexes of the span still wanted, or None when all are (or it is the first call)."""
-    if wanted is None or (start, stop) == (0, count):
+def _still_wanted(start: int, stop: int, wanted: Callable[[int], bool] | None) -> list[int] | None:
+    """Indexes of the span still wanted, or None when all are."""
+    if wanted is None:
         return None
     keep = [i for i in range(start, stop) if wanted(i)]
     return None if len(keep) == stop - start else keep

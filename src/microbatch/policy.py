@@ -151,9 +151,25 @@ class CostModel:
     def __init__(self, forgetting: float = 0.95) -> None:
         self._forgetting = forgetting
         self._w = self._wn = self._wnn = self._wd = self._wnd = 0.0
-        self.fixed_s = 0.0
-        self.per_unit_s = 0.0
+        self._fixed_s = 0.0
+        self._per_unit_s = 0.0
         self._single_size = 0.0  # > 0 while only one batch size has been seen
+        self._stale = False  # samples arrived since the last fit
+        self._observed = 0
+
+    @property
+    def fixed_s(self) -> float:
+        """The fitted fixed cost per batch ``a``, in seconds."""
+        if self._stale:
+            self._refit()
+        return self._fixed_s
+
+    @property
+    def per_unit_s(self) -> float:
+        """The fitted cost per unit ``b``, in seconds."""
+        if self._stale:
+            self._refit()
+        return self._per_unit_s
 
     @property
     def samples(self) -> float:
@@ -169,21 +185,28 @@ class CostModel:
         self._wnn = self._wnn * k + n * n
         self._wd = self._wd * k + duration_s
         self._wnd = self._wnd * k + n * duration_s
-        self._refit()
+        self._observed += 1
+        # Refit on each of the first batches, then every few: the fit moves slowly
+        # and a refit per batch would cost more than a tiny model's batch.
+        if self._observed <= 8 or self._observed % 8 == 0:
+            self._stale = True
 
     def predict(self, size: int) -> float:
         """Predicted seconds to run a batch of ``size`` units (0 before any sample)."""
+        if self._stale:
+            self._refit()
         if self._single_size and size <= self._single_size:
-            return self.fixed_s + self.per_unit_s * self._single_size
-        return self.fixed_s + self.per_unit_s * size
+            return self._fixed_s + self._per_unit_s * self._single_size
+        return self._fixed_s + self._per_unit_s * size
 
     def _refit(self) -> None:
+        self._stale = False
         w, wn, wnn, wd, wnd = self._w, self._wn, self._wnn, self._wd, self._wnd
         mean_n, mean_d = wn / w, wd / w
         variance = wnn / w - mean_n * mean_n
         if variance < 0.25:  # sizes within about half a unit of each other
             self._single_size = max(mean_n, 1.0)
-            self.fixed_s, self.per_unit_s = 0.0, mean_d / self._single_size
+            self._fixed_s, self._per_unit_s = 0.0, mean_d / self._single_size
             return
         self._single_size = 0.0
         slope = (wnd / w - mean_n * mean_d) / variance
@@ -192,7 +215,7 @@ class CostModel:
             slope, intercept = 0.0, mean_d
         elif intercept < 0:
             slope, intercept = wnd / wnn, 0.0
-        self.fixed_s, self.per_unit_s = intercept, slope
+        self._fixed_s, self._per_unit_s = intercept, slope
 
 
 class AdaptivePolicy:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 
 import pytest
@@ -333,11 +334,16 @@ async def test_stats_report_batches_and_waits(clock: FakeClock) -> None:
     assert stats.queue_wait_p50_ms == pytest.approx(0.0)
 
 
-def test_a_batcher_belongs_to_one_event_loop() -> None:
+def test_a_batcher_belongs_to_one_live_event_loop() -> None:
     batcher = Batcher(lambda xs: xs, max_batch_size=2, max_latency_ms=0)
-    assert asyncio.run(batcher.submit(1)) == 1
+    first = asyncio.new_event_loop()
+    assert first.run_until_complete(batcher.submit(1)) == 1
     with pytest.raises(RuntimeError, match="another event loop"):
         asyncio.run(batcher.submit(2))
+    first.close()
+    del first
+    gc.collect()
+    assert asyncio.run(batcher.submit(3)) == 3  # the first loop is gone: a new one takes over
 
 
 def test_config_and_settings_are_exclusive() -> None:
