@@ -20,6 +20,7 @@ import asyncio
 import json
 import os
 import platform
+import statistics
 import sys
 import threading
 import time
@@ -236,6 +237,16 @@ def run_thread_rows(callers: int, per_caller: int) -> dict[str, dict[str, float]
 # -- table 2 ----------------------------------------------------------------------
 
 
+def model_alone_p50_ms(calls: int = 300) -> float:
+    """The model called directly, one item at a time: what batching adds is measured from it."""
+    latencies = []
+    for i in range(calls):
+        start = time.perf_counter()
+        accelerator([i])
+        latencies.append(time.perf_counter() - start)
+    return statistics.median(latencies) * 1e3
+
+
 async def run_accelerator(concurrency: list[int], seconds: float) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for policy in ("adaptive", "fixed"):
@@ -290,6 +301,7 @@ def main() -> None:
                 f"{row['us_per_item'] / floor:8.2f} {row.get('mean_batch', float('nan')):10.1f}"
             )
 
+    alone_ms = model_alone_p50_ms()
     accel = asyncio.run(run_accelerator([1, 16, 64, 256], 2.0 * scale))
     print(
         "\nTable 2: simulated accelerator, sleep(2 ms + 20 us * n), batch 64, limit 19.5k items/s"
@@ -302,6 +314,11 @@ def main() -> None:
             f"{100 * row['items_per_s'] / 19512:7.1f}% {row['p50_ms']:8.2f} {row['p99_ms']:8.2f} "
             f"{row['mean_batch']:10.1f}"
         )
+    print(f"\nthe model alone, one item per call: p50 {alone_ms:.2f} ms")
+    for row in accel:
+        if row["callers"] == 1:
+            added = row["p50_ms"] - alone_ms
+            print(f"  {row['mode']:8} {row['policy']:9} adds {added:+.2f} ms at concurrency 1")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
         json.dumps(
@@ -311,6 +328,7 @@ def main() -> None:
                 "trivial_asyncio": async_rows,
                 "trivial_threads": thread_rows,
                 "accelerator": accel,
+                "model_alone_p50_ms": alone_ms,
                 "floor_ratio_asyncio": async_rows["microbatch asyncio"]["us_per_item"]
                 / floor_async,
             },

@@ -123,12 +123,14 @@ class CooperativeBatcher(Generic[T, R]):
         self._settled = threading.Condition(self._lock)
         self._leader_waits = threading.Condition(self._lock)
         self._leader: _Call | None = None
-        self._leader_waits_for_policy = False
+        self._policy_sleepers = 0  # of those, the ones waiting for the policy's time
         self._free_slots = self.config.max_concurrent_batches
         self._closing = False
         self._runners: set[int] = set()  # threads running a batch now
         self._closers = 0  # threads waiting in close()
-        self._leader_sleeps = False  # the leader waits on _leader_waits
+        # Threads asleep on _leader_waits: normally only the leader, but a caller that
+        # ran a batch for the next leader may leave an old leader asleep there too.
+        self._sleepers = 0
         self._now = time.monotonic if isinstance(self._clock, MonotonicClock) else self._clock.now
 
     # -- calling -----------------------------------------------------------------
@@ -202,7 +204,7 @@ class CooperativeBatcher(Generic[T, R]):
                         self._settle(
                             entry, BatcherClosed("the batcher closed before this item ran")
                         )
-            self._leader_waits.notify()
+            self._leader_waits.notify_all()
             self._closers += 1
             try:
                 while self._state.count or self._state.in_flight:
@@ -256,8 +258,8 @@ class CooperativeBatcher(Generic[T, R]):
             self._queue.append(entry)
             state.arrived(now, size)
         call.pending = len(parts)
-        if self._leader_waits_for_policy:
-            self._leader_waits.notify()
+        if self._policy_sleepers:
+            self._leader_waits.notify_all()
         return call
 
     def _seconds_left(self, call: _Call) -> float:
@@ -301,22 +303,37 @@ class CooperativeBatcher(Generic[T, R]):
             if not self._closing:
                 at = self._policy.release_at(state, now)
                 if at > now:
-                    self._leader_waits_for_policy = True
-                    self._leader_sleep(at - now if timeout is None else min(at - now, timeout))
-                    self._leader_waits_for_policy = False
+                    wait = at - now if timeout is None else min(at - now, timeout)
+                    self._leader_sleep(wait, for_policy=True)
                     continue
             batch, units = self._take(now)
             self._pass_lead()
             self._run(batch, units)
+            if not call.pending and self._full_batch_waits():
+                # Under saturation, run the next full batch before returning: this
+                # thread holds the GIL now, while the next leader would first have to
+                # win it from every caller just woken, leaving the model idle.
+                batch, units = self._take(self._now())
+                self._pass_lead()
+                self._run(batch, units)
         if self._leader is call:
             self._pass_lead()
 
-    def _leader_sleep(self, timeout: float | None) -> None:
-        self._leader_sleeps = True
+    def _full_batch_waits(self) -> bool:
+        return bool(self._free_slots) and self._state.size >= self.config.max_batch_size
+
+    def _leader_sleep(self, timeout: float | None, *, for_policy: bool = False) -> None:
+        self._sleepers += 1
+        self._policy_sleepers += for_policy
         try:
             self._leader_waits.wait(timeout)
         finally:
-            self._leader_sleeps = False
+            self._sleepers -= 1
+            self._policy_sleepers -= for_policy
+
+    def _wake_leader(self) -> None:
+        if self._sleepers:
+            self._leader_waits.notify_all()
 
     def _head(self) -> _Entry | None:
         queue = self._queue
@@ -373,8 +390,7 @@ class CooperativeBatcher(Generic[T, R]):
                 end = self._now()
             self._state.finished(len(batch), end)
             self._free_slots += 1
-            if self._leader_sleeps:
-                self._leader_waits.notify()
+            self._wake_leader()
         self._policy.batch_finished(units, end - start)
         for entry, outcome in zip(batch, outcomes, strict=True):
             if isinstance(outcome, BaseException):

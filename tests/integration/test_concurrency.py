@@ -172,3 +172,38 @@ async def test_sync_function_serves_threads_and_asyncio_together() -> None:
     assert await asyncio.gather(*async_results) == [i + 7 for i in range(200)]
     for i, values in enumerate(by_threads):
         assert values == [10_000 * (i + 1) + j + 7 for j in range(20)]
+
+
+@pytest.mark.parametrize("max_concurrent_batches", [1, 2])
+def test_saturated_thread_batcher_never_stalls(max_concurrent_batches: int) -> None:
+    """Far more callers than one batch holds: full batches always wait, so callers that
+    finish a batch run the next one for the leader. Nobody may be left asleep."""
+    seen: Counter[int] = Counter()
+    lock = threading.Lock()
+
+    def model(xs: list[int]) -> list[int]:
+        with lock:
+            seen.update(xs)
+        time.sleep(0.0005)
+        return [x + 1 for x in xs]
+
+    batcher = CooperativeBatcher(
+        model, max_batch_size=8, max_latency_ms=5, max_concurrent_batches=max_concurrent_batches
+    )
+    results: dict[int, int] = {}
+
+    def caller(index: int) -> None:
+        for j in range(15):
+            item = index * 100 + j
+            results[item] = batcher.submit(item)
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(128)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+        assert not thread.is_alive(), "a caller was left waiting: the batcher stalled"
+    assert len(results) == 128 * 15
+    assert all(results[item] == item + 1 for item in results)
+    assert all(count == 1 for count in seen.values())
+    assert batcher.stats().mean_batch_size > 4
