@@ -9,6 +9,7 @@ While every slot is busy the queue keeps filling, so batches grow under load.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import weakref
 from collections import deque
@@ -90,7 +91,9 @@ class Batcher(Generic[T, R]):
         self._queue: deque[_Entry] = deque()
         self._free_slots = self.config.max_concurrent_batches
         self._ahead = 0  # batches handed to the thread pool before a thread was free
-        self._running: set[asyncio.Task[None]] = set()
+        self._batches_running = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._all_done: asyncio.Event | None = None  # made by close() to wait on
         self._timer: Timer | None = None
         self._timer_at = 0.0
         self._closing = False
@@ -158,8 +161,9 @@ class Batcher(Generic[T, R]):
                     _settle(entry.future, BatcherClosed("the batcher closed before this item ran"))
         if self._loop_ref is not None and self._loop_ref() is asyncio.get_running_loop():
             self._dispatch()
-        while self._running:
-            await asyncio.wait(list(self._running))
+        if self._batches_running:
+            self._all_done = asyncio.Event()
+            await self._all_done.wait()
         if self._executor is not None:
             self._executor.shutdown(wait=False)
 
@@ -333,48 +337,86 @@ class Batcher(Generic[T, R]):
         else:
             self._ahead += 1
         self._stats.released(units, [now - entry.arrival for entry in batch])
-        task = asyncio.get_running_loop().create_task(self._run(batch))
-        self._running.add(task)
-        task.add_done_callback(self._running.discard)
+        loop = asyncio.get_running_loop()
+        self._batches_running += 1
+        if self._is_async:
+            task = loop.create_task(self._run(batch))
+            self._tasks.add(task)  # the loop keeps only a weak reference to tasks
+            task.add_done_callback(self._tasks.discard)
+            return
+        # No task in between: the pool thread starts now and hands the outcomes
+        # straight back to the loop, which settles the batch.
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                self.config.max_concurrent_batches, thread_name_prefix="microbatch"
+            )
+        self._executor.submit(self._run_in_thread, batch, loop)
 
     async def _run(self, batch: list[_Entry]) -> None:
-        """Run one batch and settle every future in it, whatever happens."""
+        """Run one batch of an async function and settle every future in it."""
         try:
-            if self._is_async:
-                live, outcomes, duration = await self._execute_async(batch)
-            else:
-                if self._executor is None:
-                    self._executor = ThreadPoolExecutor(
-                        self.config.max_concurrent_batches, thread_name_prefix="microbatch"
-                    )
-                live, outcomes, duration = await asyncio.get_running_loop().run_in_executor(
-                    self._executor, self._execute_in_thread, batch
-                )
-            if live:
-                self._policy.batch_finished(sum(entry.size for entry in live), duration)
-            for entry, outcome in zip(live, outcomes, strict=True):
-                future = entry.future
-                if future.done():
-                    continue
-                if isinstance(outcome, BaseException):
-                    self._stats.failed += 1
-                    future.set_exception(outcome)
-                else:
-                    future.set_result(outcome)
+            live, outcomes, duration = await self._execute_async(batch)
+            self._settle_batch(live, outcomes, duration)
         except BaseException as exc:
-            for entry in batch:
-                _settle(entry.future, MicrobatchError(f"the batch was aborted: {exc!r}"))
+            self._abort(batch, exc)
             raise
         finally:
-            for entry in batch:
-                if entry.timer is not None:
-                    entry.timer.cancel()
-            self._state.finished(len(batch), self._now())
-            if self._ahead:
-                self._ahead -= 1  # a batch waiting in the pool took the thread
+            self._batch_done(batch)
+
+    def _run_in_thread(self, batch: list[_Entry], loop: asyncio.AbstractEventLoop) -> None:
+        """Runs in a pool thread: run the batch, then settle it in the loop."""
+        try:
+            result: tuple[list[_Entry], list[Any], float] | BaseException = self._execute_in_thread(
+                batch
+            )
+        except BaseException as exc:  # handed to the loop, which fails the batch
+            result = exc
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+            loop.call_soon_threadsafe(self._ran_in_thread, batch, result)
+
+    def _ran_in_thread(
+        self, batch: list[_Entry], result: tuple[list[_Entry], list[Any], float] | BaseException
+    ) -> None:
+        """Settle a batch that ran in the pool (in the loop)."""
+        try:
+            if isinstance(result, BaseException):
+                self._abort(batch, result)
             else:
-                self._free_slots += 1
-            self._dispatch()
+                self._settle_batch(*result)
+        finally:
+            self._batch_done(batch)
+
+    def _settle_batch(self, live: list[_Entry], outcomes: list[Any], duration_s: float) -> None:
+        if live:
+            self._policy.batch_finished(sum(entry.size for entry in live), duration_s)
+        for entry, outcome in zip(live, outcomes, strict=True):
+            future = entry.future
+            if future.done():
+                continue
+            if isinstance(outcome, BaseException):
+                self._stats.failed += 1
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
+
+    def _abort(self, batch: list[_Entry], error: BaseException) -> None:
+        for entry in batch:
+            _settle(entry.future, MicrobatchError(f"the batch was aborted: {error!r}"))
+
+    def _batch_done(self, batch: list[_Entry]) -> None:
+        """Free the batch's slot, whatever happened to it, and release what is next."""
+        for entry in batch:
+            if entry.timer is not None:
+                entry.timer.cancel()
+        self._state.finished(len(batch), self._now())
+        if self._ahead:
+            self._ahead -= 1  # a batch waiting in the pool took the thread
+        else:
+            self._free_slots += 1
+        self._batches_running -= 1
+        self._dispatch()
+        if not self._batches_running and self._all_done is not None:
+            self._all_done.set()
 
     async def _execute_async(self, batch: list[_Entry]) -> tuple[list[_Entry], list[Any], float]:
         live = [entry for entry in batch if not entry.future.done()]
