@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import time
 import weakref
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -24,8 +23,9 @@ from .config import BatchConfig
 from .errors import BatcherClosed, DeadlineExceeded, ItemTooLarge, MicrobatchError, Overloaded
 from .execution import is_async_callable, run_batch, run_batch_async
 from .merge import merged, merged_async, row_format, split_rows
-from .policy import QueueState, make_policy
-from .stats import BatcherStats, StatsRecorder
+from .pending import Pending, PendingQueue
+from .policy import make_policy
+from .stats import BatcherStats
 
 __all__ = ["Batcher"]
 
@@ -37,17 +37,15 @@ BatchFunction = (
 )
 
 
-class _Entry:
+class _Entry(Pending):
     """One queued item and the future its caller awaits."""
 
-    __slots__ = ("arrival", "future", "item", "queued", "size", "timer")
+    __slots__ = ("future", "item", "timer")
 
     def __init__(self, item: Any, size: int, arrival: float, future: asyncio.Future[Any]) -> None:
+        super().__init__(size, arrival)
         self.item = item
-        self.size = size
-        self.arrival = arrival
         self.future = future
-        self.queued = True
         self.timer: Timer | None = None
 
 
@@ -86,9 +84,9 @@ class Batcher(Generic[T, R]):
             fn = merged_async(fn, self._rows) if self._is_async else merged(fn, self._rows)  # type: ignore[arg-type]
         self._fn = fn
         self._policy = make_policy(self.config)
-        self._state = QueueState()
-        self._stats = StatsRecorder()
-        self._queue: deque[_Entry] = deque()
+        self._queue: PendingQueue[_Entry] = PendingQueue(self.config.max_batch_size)
+        self._state = self._queue.state
+        self._stats = self._queue.stats
         self._free_slots = self.config.max_concurrent_batches
         self._ahead = 0  # batches handed to the thread pool before a thread was free
         self._batches_running = 0
@@ -155,10 +153,9 @@ class Batcher(Generic[T, R]):
         """
         self._closing = True
         if not drain:
-            for entry in self._queue:
-                if entry.queued:
-                    self._drop(entry)
-                    _settle(entry.future, BatcherClosed("the batcher closed before this item ran"))
+            for entry in list(self._queue):
+                self._drop(entry)
+                _settle(entry.future, BatcherClosed("the batcher closed before this item ran"))
         if self._loop_ref is not None and self._loop_ref() is asyncio.get_running_loop():
             self._dispatch()
         if self._batches_running:
@@ -205,8 +202,7 @@ class Batcher(Generic[T, R]):
         entry = _Entry(item, size, now, loop.create_future())
         if deadline is not None:
             entry.timer = self._clock.call_at(deadline, partial(self._expire, entry))
-        self._queue.append(entry)
-        state.arrived(now, size)
+        self._queue.add(entry, now)
         if self._free_slots:
             self._dispatch()
         return entry
@@ -261,15 +257,11 @@ class Batcher(Generic[T, R]):
         )
 
     def _drop(self, entry: _Entry) -> None:
-        """Take a queued entry out of the count; it is skipped when reached."""
-        entry.queued = False
+        """Take a queued entry out of the queue: it will not run."""
         if entry.timer is not None:
             entry.timer.cancel()
             entry.timer = None
-        self._state.left(entry.size)
-        queue = self._queue
-        if len(queue) > 2 * self._state.count + 64:
-            self._queue = deque(e for e in queue if e.queued)
+        self._queue.drop(entry)
 
     # -- dispatch ----------------------------------------------------------------
 
@@ -277,9 +269,7 @@ class Batcher(Generic[T, R]):
         """Release batches while a slot is free and the policy says go."""
         queue, state = self._queue, self._state
         while state.count and (self._free_slots or self._may_run_ahead()):
-            while not queue[0].queued:
-                queue.popleft()
-            state.oldest_arrival_s = queue[0].arrival
+            queue.head()
             clock_now = self._now()
             now = clock_now if now is None or clock_now > now else now
             if self._free_slots and not self._closing:
@@ -316,27 +306,11 @@ class Batcher(Generic[T, R]):
         self._dispatch(self._timer_at)
 
     def _release(self, now: float) -> None:
-        queue, state = self._queue, self._state
-        limit = self.config.max_batch_size
-        batch: list[_Entry] = []
-        units = 0
-        while queue:
-            entry = queue[0]
-            if not entry.queued:
-                queue.popleft()
-                continue
-            if units + entry.size > limit:
-                break
-            queue.popleft()
-            entry.queued = False
-            batch.append(entry)
-            units += entry.size
-        state.released(len(batch), units)
+        batch, _ = self._queue.take(now)
         if self._free_slots:
             self._free_slots -= 1
         else:
             self._ahead += 1
-        self._stats.released(units, [now - entry.arrival for entry in batch])
         loop = asyncio.get_running_loop()
         self._batches_running += 1
         if self._is_async:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Generic, TypeVar
@@ -23,8 +22,9 @@ from .config import BatchConfig
 from .errors import BatcherClosed, DeadlineExceeded, ItemTooLarge, MicrobatchError, Overloaded
 from .execution import run_batch
 from .merge import merged, row_format, split_rows
-from .policy import QueueState, make_policy
-from .stats import BatcherStats, StatsRecorder
+from .pending import Pending, PendingQueue
+from .policy import make_policy
+from .stats import BatcherStats
 
 __all__ = ["CooperativeBatcher"]
 
@@ -75,15 +75,13 @@ class _Call:
             self.signal.acquire()  # type: ignore[union-attr]  # woken after we timed out
 
 
-class _Entry:
-    __slots__ = ("arrival", "call", "item", "outcome", "queued", "size")
+class _Entry(Pending):
+    __slots__ = ("call", "item", "outcome")
 
     def __init__(self, call: _Call, item: Any, size: int, arrival: float) -> None:
+        super().__init__(size, arrival)
         self.call = call
         self.item = item
-        self.size = size
-        self.arrival = arrival
-        self.queued = True
         self.outcome: Any = _PENDING
 
 
@@ -116,9 +114,9 @@ class CooperativeBatcher(Generic[T, R]):
         self._rows = row_format(self.config)
         self._fn = fn if self._rows is None else merged(fn, self._rows)
         self._policy = make_policy(self.config)
-        self._state = QueueState()
-        self._stats = StatsRecorder()
-        self._queue: deque[_Entry] = deque()
+        self._queue: PendingQueue[_Entry] = PendingQueue(self.config.max_batch_size)
+        self._state = self._queue.state
+        self._stats = self._queue.stats
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)
         self._leader_waits = threading.Condition(self._lock)
@@ -198,12 +196,9 @@ class CooperativeBatcher(Generic[T, R]):
         with self._lock:
             self._closing = True
             if not drain:
-                for entry in self._queue:
-                    if entry.queued:
-                        self._drop(entry)
-                        self._settle(
-                            entry, BatcherClosed("the batcher closed before this item ran")
-                        )
+                for entry in list(self._queue):
+                    self._queue.drop(entry)
+                    self._settle(entry, BatcherClosed("the batcher closed before this item ran"))
             self._leader_waits.notify_all()
             self._closers += 1
             try:
@@ -255,8 +250,7 @@ class CooperativeBatcher(Generic[T, R]):
         for item, size in parts:
             entry = _Entry(call, item, size, now)
             call.entries.append(entry)
-            self._queue.append(entry)
-            state.arrived(now, size)
+            self._queue.add(entry, now)
         call.pending = len(parts)
         if self._policy_sleepers:
             self._leader_waits.notify_all()
@@ -296,10 +290,9 @@ class CooperativeBatcher(Generic[T, R]):
             if not self._free_slots:
                 self._leader_sleep(timeout)
                 continue
-            head = self._head()
+            head = self._queue.head()
             if head is None or head.call is not call:
                 break  # my items are all in flight: the next caller leads
-            state.oldest_arrival_s = head.arrival
             if not self._closing:
                 at = self._policy.release_at(state, now)
                 if at > now:
@@ -307,14 +300,12 @@ class CooperativeBatcher(Generic[T, R]):
                     self._leader_sleep(wait, for_policy=True)
                     continue
             batch, units = self._take(now)
-            self._pass_lead()
             self._run(batch, units)
             if not call.pending and self._full_batch_waits():
                 # Under saturation, run the next full batch before returning: this
                 # thread holds the GIL now, while the next leader would first have to
                 # win it from every caller just woken, leaving the model idle.
                 batch, units = self._take(self._now())
-                self._pass_lead()
                 self._run(batch, units)
         if self._leader is call:
             self._pass_lead()
@@ -335,37 +326,17 @@ class CooperativeBatcher(Generic[T, R]):
         if self._sleepers:
             self._leader_waits.notify_all()
 
-    def _head(self) -> _Entry | None:
-        queue = self._queue
-        while queue and not queue[0].queued:
-            queue.popleft()
-        return queue[0] if queue else None
-
     def _pass_lead(self) -> None:
-        head = self._head()
+        head = self._queue.head()
         self._leader = None if head is None else head.call
         if self._leader is not None:
             self._leader.wake()
 
     def _take(self, now: float) -> tuple[list[_Entry], int]:
-        queue, state = self._queue, self._state
-        limit = self.config.max_batch_size
-        batch: list[_Entry] = []
-        units = 0
-        while queue:
-            entry = queue[0]
-            if not entry.queued:
-                queue.popleft()
-                continue
-            if units + entry.size > limit:
-                break
-            queue.popleft()
-            entry.queued = False
-            batch.append(entry)
-            units += entry.size
-        state.released(len(batch), units)
+        """Take the next batch into a slot and hand the lead to the next caller."""
+        batch, units = self._queue.take(now)
         self._free_slots -= 1
-        self._stats.released(units, [now - entry.arrival for entry in batch])
+        self._pass_lead()
         return batch, units
 
     def _run(self, batch: list[_Entry], units: int) -> None:
@@ -415,13 +386,9 @@ class CooperativeBatcher(Generic[T, R]):
             if entry.outcome is _PENDING:
                 self._stats.expired += 1
                 if entry.queued:
-                    self._drop(entry)
+                    self._queue.drop(entry)
                 self._settle(
                     entry, DeadlineExceeded("the deadline passed before the result was ready")
                 )
         if self._closers and not (self._state.count or self._state.in_flight):
             self._settled.notify_all()
-
-    def _drop(self, entry: _Entry) -> None:
-        entry.queued = False
-        self._state.left(entry.size)

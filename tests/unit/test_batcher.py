@@ -351,3 +351,18 @@ def test_config_and_settings_are_exclusive() -> None:
 
     with pytest.raises(TypeError):
         Batcher(lambda xs: xs, BatchConfig(), max_batch_size=3)
+
+
+async def test_a_sync_function_that_raises_a_base_exception_fails_its_batch_only() -> None:
+    class Stop(BaseException):
+        pass
+
+    def model(xs: list[int]) -> list[int]:
+        if 0 in xs:
+            raise Stop
+        return xs
+
+    async with Batcher(model, max_batch_size=4, max_latency_ms=0) as batcher:
+        with pytest.raises(MicrobatchError, match="aborted"):
+            await batcher.submit(0)
+        assert await batcher.submit(5) == 5  # the slot was freed
