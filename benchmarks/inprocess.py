@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import platform
@@ -66,6 +67,7 @@ async def async_load(
             if result != 2 * (base + j):
                 raise AssertionError(f"wrong answer for {base + j}: {result}")
 
+    gc.collect()  # a collection of earlier runs' garbage must not land in this one
     start = time.perf_counter()
     await asyncio.gather(*(caller(i) for i in range(callers)))
     return _summary(time.perf_counter() - start, latencies)
@@ -95,6 +97,7 @@ def thread_load(call: Callable[[int], int], callers: int, per_caller: int) -> di
     threads = [threading.Thread(target=caller, args=(i,)) for i in range(callers)]
     for thread in threads:
         thread.start()
+    gc.collect()
     barrier.wait()
     start = time.perf_counter()
     for thread in threads:
