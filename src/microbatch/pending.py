@@ -8,6 +8,7 @@ removal O(1); the queue is compacted when such entries pile up.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from typing import Generic, TypeVar
 
 from .policy import QueueState
@@ -43,7 +44,7 @@ class PendingQueue(Generic[E]):
         self.stats = StatsRecorder()
         self._entries: deque[E] = deque()
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[E]:
         """The entries still queued, oldest first."""
         return (entry for entry in self._entries if entry.queued)
 

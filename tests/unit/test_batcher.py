@@ -366,3 +366,16 @@ async def test_a_sync_function_that_raises_a_base_exception_fails_its_batch_only
         with pytest.raises(MicrobatchError, match="aborted"):
             await batcher.submit(0)
         assert await batcher.submit(5) == 5  # the slot was freed
+
+
+async def test_adaptive_policy_never_waits_for_a_lone_sequential_caller(clock: FakeClock) -> None:
+    model = Model(clock, cost_s=0.002)
+    batcher = Batcher(model, clock=clock, max_batch_size=64, max_latency_ms=10)
+    for i in range(20):
+        call = asyncio.create_task(batcher.submit(i))
+        await settle()
+        assert model.batches[-1] == [i], "the item waited for company that never comes"
+        clock.advance(0.002)  # only the model's own time passes
+        await settle()
+        assert await call == i * 10
+    assert batcher.stats().queue_wait_p99_ms == 0.0
