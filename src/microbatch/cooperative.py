@@ -37,8 +37,8 @@ _PENDING = object()
 class _Call:
     """One caller's request: its items (several parts with rows) and its wake-up.
 
-    The wake-up is a lock held while "armed", made only when the caller first has to
-    wait: whoever settles the call or hands it the lead releases it once, under the
+    The wake-up is a lock that stays held; "armed" while the caller waits on it.
+    Whoever settles the call or hands it the lead releases it once, under the
     batcher's lock. The caller sleeps on it without holding the batcher's lock, so a
     settled caller returns at once instead of queueing for that lock.
     """
@@ -46,33 +46,25 @@ class _Call:
     __slots__ = ("armed", "deadline", "entries", "pending", "signal")
 
     def __init__(self, deadline: float | None) -> None:
-        self.signal: threading.Lock | None = None
+        self.signal = threading.Lock()
+        self.signal.acquire()
         self.armed = False
         self.deadline = deadline
         self.entries: list[_Entry] = []
         self.pending = 0
 
-    def arm(self) -> threading.Lock:
-        """Before a wait (batcher lock held): make the wait block until woken."""
-        signal = self.signal
-        if signal is None:
-            signal = self.signal = threading.Lock()
-            signal.acquire()
-        self.armed = True
-        return signal
-
     def wake(self) -> None:
-        """Wake the caller (batcher lock held); a no-op unless it is armed."""
+        """Wake the caller (batcher lock held); a no-op unless it is waiting."""
         if self.armed:
             self.armed = False
-            self.signal.release()  # type: ignore[union-attr]
+            self.signal.release()
 
     def disarm(self, woken: bool) -> None:
-        """After a wait (batcher lock held): leave the signal held and not armed."""
+        """After a wait (batcher lock held): the signal is held again, not armed."""
         if self.armed:
-            self.armed = False  # timed out, nobody woke us: the lock is still held
+            self.armed = False  # timed out and nobody woke us: still held
         elif not woken:
-            self.signal.acquire()  # type: ignore[union-attr]  # woken after we timed out
+            self.signal.acquire()  # woken just after timing out: take it back
 
 
 class _Entry(Pending):
@@ -90,7 +82,9 @@ class CooperativeBatcher(Generic[T, R]):
 
     ``fn`` takes a list of items and returns a list of results of the same length
     (an exception instance at position ``i`` fails only item ``i``). It runs in the
-    thread of one of the callers in the batch.
+    thread of one of the callers in the batch; that caller's deadline cannot cut the
+    model short in its own thread, so it is answered when the batch returns (every
+    other caller is answered at its deadline).
 
     Args:
         fn: The batch function.
@@ -121,14 +115,14 @@ class CooperativeBatcher(Generic[T, R]):
         self._settled = threading.Condition(self._lock)
         self._leader_waits = threading.Condition(self._lock)
         self._leader: _Call | None = None
+        # Threads asleep on _leader_waits: normally only the leader, but a caller that
+        # ran a batch for the next leader may leave an old leader asleep there too.
+        self._sleepers = 0
         self._policy_sleepers = 0  # of those, the ones waiting for the policy's time
         self._free_slots = self.config.max_concurrent_batches
         self._closing = False
         self._runners: set[int] = set()  # threads running a batch now
         self._closers = 0  # threads waiting in close()
-        # Threads asleep on _leader_waits: normally only the leader, but a caller that
-        # ran a batch for the next leader may leave an old leader asleep there too.
-        self._sleepers = 0
         self._now = time.monotonic if isinstance(self._clock, MonotonicClock) else self._clock.now
 
     # -- calling -----------------------------------------------------------------
@@ -172,11 +166,11 @@ class CooperativeBatcher(Generic[T, R]):
                 if call.deadline is not None and self._now() >= call.deadline:
                     self._expire(call)
                     break
-                signal = call.arm()
+                call.armed = True
                 woken = False
                 lock.release()
                 try:
-                    woken = signal.acquire(True, self._seconds_left(call))
+                    woken = call.signal.acquire(True, self._seconds_left(call))
                 finally:
                     lock.acquire()
                     call.disarm(woken)
