@@ -122,19 +122,13 @@ class Batcher(Generic[T, R]):
             Exception: Whatever the batch function raised or returned for this item.
         """
         if self._plain and timeout_s is None and deadline is None and not self.config.timeout_s:
-            entry = self._enqueue(item, 1, None)
-            try:
-                return await entry.future  # type: ignore[no-any-return]
-            except asyncio.CancelledError:
-                self._abandon(entry)
-                raise
-        due = self._deadline(timeout_s, deadline)
-        if self._rows is not None:
-            return await self._submit_rows(item, due)  # type: ignore[no-any-return]
-        size_fn = self.config.size_fn
-        entry = self._enqueue(
-            item, 1 if size_fn is None else _checked_size(size_fn(item), self.config), due
-        )
+            entry = self._enqueue(item, 1, None)  # the hot path: nothing to work out
+        elif self._rows is not None:
+            return await self._submit_rows(item, self._deadline(timeout_s, deadline))  # type: ignore[no-any-return]
+        else:
+            size_fn = self.config.size_fn
+            size = 1 if size_fn is None else _checked_size(size_fn(item), self.config)
+            entry = self._enqueue(item, size, self._deadline(timeout_s, deadline))
         try:
             return await entry.future  # type: ignore[no-any-return]
         except asyncio.CancelledError:
@@ -210,19 +204,14 @@ class Batcher(Generic[T, R]):
     async def _submit_rows(self, item: Any, deadline: float | None) -> Any:
         assert self._rows is not None
         parts = split_rows(self._rows, item, self.config.max_batch_size)
-        if len(parts) == 1:
-            entry = self._enqueue(item, parts[0][1], deadline)
-            try:
-                return await entry.future
-            except asyncio.CancelledError:
-                self._abandon(entry)
-                raise
         room = self.config.max_queue - self._state.count
         if len(parts) > room:
             self._stats.rejected += 1
             raise Overloaded(f"the queue has room for {room} parts, the item needs {len(parts)}")
         entries = [self._enqueue(part, size, deadline) for part, size in parts]
         try:
+            if len(entries) == 1:
+                return await entries[0].future
             results = await asyncio.gather(*(entry.future for entry in entries))
         except BaseException:
             for entry in entries:
