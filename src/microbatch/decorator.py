@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncBatchedFunction", "BatchSettings", "SyncBatchedFunction", "batch"]
 
+S = TypeVar("S")  # the instance, for methods
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -77,7 +78,31 @@ class _LoopBatchers(Generic[T, R]):
             await batcher.close()
 
 
-class AsyncBatchedFunction(Generic[T, R]):
+class _BindsToInstances:
+    """Makes a batched function work as a method: each instance gets its own batcher.
+
+    ``@batch`` on a method binds the method to the instance on first access and keeps
+    the bound batched function on the instance, so every instance batches its own
+    calls (and its own model) separately.
+    """
+
+    __wrapped__: Callable[..., Any]
+    config: BatchConfig
+    _attribute: str | None = None
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._attribute = name
+
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        bound = type(self)(functools.partial(self.__wrapped__, instance), self.config)  # type: ignore[call-arg]
+        if self._attribute is not None and hasattr(instance, "__dict__"):
+            instance.__dict__[self._attribute] = bound
+        return bound
+
+
+class AsyncBatchedFunction(_BindsToInstances, Generic[T, R]):
     """An ``async`` batch function, called with one item: ``await fn(item)``."""
 
     def __init__(
@@ -115,7 +140,7 @@ class AsyncBatchedFunction(Generic[T, R]):
         await self._batchers.close()
 
 
-class SyncBatchedFunction(Generic[T, R]):
+class SyncBatchedFunction(_BindsToInstances, Generic[T, R]):
     """A plain batch function, called with one item from any number of threads.
 
     ``fn(item)`` blocks the calling thread (one of the callers runs each batch);
@@ -165,6 +190,12 @@ class BatchDecorator(Protocol):
 
     @overload
     def __call__(
+        self, fn: Callable[[S, list[T]], Awaitable[Sequence[R]]], /
+    ) -> Callable[[S, T], Coroutine[Any, Any, R]]: ...
+    @overload
+    def __call__(self, fn: Callable[[S, list[T]], Sequence[R]], /) -> Callable[[S, T], R]: ...
+    @overload
+    def __call__(
         self, fn: Callable[[list[T]], Awaitable[Sequence[R]]], /
     ) -> AsyncBatchedFunction[T, R]: ...
     @overload
@@ -180,8 +211,16 @@ class RowsDecorator(Protocol):
     ) -> AsyncBatchedFunction[Any, Any]: ...
     @overload
     def __call__(self, fn: Callable[[Any], Any], /) -> SyncBatchedFunction[Any, Any]: ...
+    @overload
+    def __call__(self, fn: Callable[[Any, Any], Any], /) -> Any: ...
 
 
+@overload
+def batch(
+    fn: Callable[[S, list[T]], Awaitable[Sequence[R]]], /
+) -> Callable[[S, T], Coroutine[Any, Any, R]]: ...
+@overload
+def batch(fn: Callable[[S, list[T]], Sequence[R]], /) -> Callable[[S, T], R]: ...
 @overload
 def batch(fn: Callable[[list[T]], Awaitable[Sequence[R]]], /) -> AsyncBatchedFunction[T, R]: ...
 @overload
@@ -203,7 +242,8 @@ def batch(fn: Callable[..., Any] | None = None, /, **settings: Any) -> Any:
     Returns:
         :class:`AsyncBatchedFunction` for an ``async def`` function (``await f(x)``),
         :class:`SyncBatchedFunction` for a plain one (``f(x)`` from threads,
-        ``await f.acall(x)`` from asyncio).
+        ``await f.acall(x)`` from asyncio). On a method (``def f(self, xs)``), each
+        instance gets its own batched function on first access.
 
     Raises:
         ValueError: A setting is out of range.

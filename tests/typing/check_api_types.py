@@ -36,3 +36,22 @@ async def uses() -> None:
     assert_type(bare(3), str)
     await embed(3)  # type: ignore[arg-type]
     score("not a row")  # type: ignore[arg-type]
+
+
+class Model:
+    def __init__(self, scale: float) -> None:
+        self.scale = scale
+
+    @microbatch.batch(max_batch_size=8)
+    async def predict(self, xs: list[float]) -> list[float]:
+        return [x * self.scale for x in xs]
+
+    @microbatch.batch(max_batch_size=8)
+    def score(self, rows: list[Row]) -> list[str]:
+        return [str(r.value * self.scale) for r in rows]
+
+
+async def uses_methods(model: Model) -> None:
+    assert_type(await model.predict(1.0), float)
+    assert_type(model.score(Row(2.0)), str)
+    await model.predict("x")  # type: ignore[arg-type]

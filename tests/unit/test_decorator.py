@@ -80,3 +80,30 @@ async def test_numpy_rows_callers_send_arrays_of_rows() -> None:
     out_a, out_b = await asyncio.gather(normalize(a), normalize(b))
     assert out_a.shape == (2, 2) and np.allclose(out_a[0], [0.6, 0.8])
     assert out_b.shape == (11, 2) and np.allclose(out_b, 2**-0.5)
+
+
+async def test_methods_batch_per_instance() -> None:
+    class Model:
+        def __init__(self, scale: int) -> None:
+            self.scale = scale
+            self.batches: list[list[int]] = []
+
+        @microbatch.batch(max_batch_size=16, max_latency_ms=1)
+        async def predict(self, xs: list[int]) -> list[int]:
+            self.batches.append(list(xs))
+            return [x * self.scale for x in xs]
+
+        @microbatch.batch(max_batch_size=16, max_latency_ms=1)
+        def score(self, xs: list[int]) -> list[int]:
+            return [x + self.scale for x in xs]
+
+    two, three = Model(2), Model(3)
+    results = await asyncio.gather(*(m.predict(i) for i in range(20) for m in (two, three)))
+    assert results == [i * m for i in range(20) for m in (2, 3)]
+    assert sorted(x for batch in two.batches for x in batch) == list(range(20))
+    assert sorted(x for batch in three.batches for x in batch) == list(range(20))
+    assert two.predict is two.predict  # bound once, kept on the instance
+    assert two.predict.stats().items == 20
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(three.score, range(10))) == [x + 3 for x in range(10)]
+    assert await three.score.acall(5) == 8
