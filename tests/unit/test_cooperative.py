@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -54,6 +57,41 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
         time.sleep(0.001)
 
 
+@dataclass
+class Stuck:
+    """A batcher whose first batch (item 0) is held in the model until ``release()``."""
+
+    batcher: CooperativeBatcher[int, int]
+    model: GatedModel
+    pool: ThreadPoolExecutor
+    running: Future[int]
+
+    def queue(self, item: int, **kwargs: Any) -> Future[int]:
+        """Submit ``item`` from another thread and wait until it is queued."""
+        before = self.batcher.stats().queued
+        future = self.pool.submit(self.batcher.submit, item, **kwargs)
+        wait_until(lambda: self.batcher.stats().queued > before)
+        return future
+
+    def release(self) -> None:
+        self.model.gate.set()
+
+
+@contextmanager
+def stuck(**settings: Any) -> Iterator[Stuck]:
+    model = GatedModel()
+    batcher: CooperativeBatcher[int, int] = CooperativeBatcher(
+        model, max_latency_ms=0, **{"max_batch_size": 8, **settings}
+    )
+    with ThreadPoolExecutor(16) as pool:
+        running = pool.submit(batcher.submit, 0)
+        assert model.started.wait(10)
+        try:
+            yield Stuck(batcher, model, pool, running)
+        finally:
+            model.gate.set()
+
+
 def test_a_single_caller_runs_its_own_batch() -> None:
     batcher = CooperativeBatcher(lambda xs: [x + 1 for x in xs], max_batch_size=8)
     assert batcher.submit(41) == 42
@@ -61,18 +99,12 @@ def test_a_single_caller_runs_its_own_batch() -> None:
 
 
 def test_followers_queue_while_the_leader_runs_and_form_the_next_batch() -> None:
-    model = GatedModel()
-    batcher = CooperativeBatcher(model, max_batch_size=64, max_latency_ms=0)
-    with ThreadPoolExecutor(8) as pool:
-        first = pool.submit(batcher.submit, 0)
-        assert model.started.wait(10)
-        rest = [pool.submit(batcher.submit, i) for i in range(1, 8)]
-        wait_until(lambda: batcher.stats().queued == 7)
-        model.gate.set()
-        assert first.result(10) == 0
+    with stuck(max_batch_size=64) as held:
+        rest = [held.queue(i) for i in range(1, 8)]
+        held.release()
+        assert held.running.result(10) == 0
         assert [f.result(10) for f in rest] == [i * 10 for i in range(1, 8)]
-    assert model.batches == [[0], list(range(1, 8))]
-    assert set(model.threads) <= {t.name for t in threading.enumerate()} | set(model.threads)
+    assert held.model.batches == [[0], list(range(1, 8))]
 
 
 def test_the_batch_runs_in_a_callers_thread() -> None:
@@ -111,34 +143,25 @@ def test_wrong_result_length() -> None:
 
 
 def test_deadline_of_a_queued_follower() -> None:
-    model = GatedModel()
-    batcher = CooperativeBatcher(model, max_batch_size=8, max_latency_ms=0)
-    with ThreadPoolExecutor(2) as pool:
-        leader = pool.submit(batcher.submit, 0)
-        assert model.started.wait(10)
+    with stuck() as held:
         with pytest.raises(DeadlineExceeded):
-            batcher.submit(1, timeout_s=0.02)
-        model.gate.set()
-        assert leader.result(10) == 0
-    assert model.batches == [[0]]  # the expired item was never computed
-    assert batcher.stats().expired == 1
+            held.batcher.submit(1, timeout_s=0.02)
+        held.release()
+        assert held.running.result(10) == 0
+    assert held.model.batches == [[0]]  # the expired item was never computed
+    assert held.batcher.stats().expired == 1
 
 
 def test_deadline_of_a_leader_waiting_for_a_slot_passes_the_lead_on() -> None:
-    model = GatedModel()
-    batcher = CooperativeBatcher(model, max_batch_size=8, max_latency_ms=0)
-    with ThreadPoolExecutor(3) as pool:
-        running = pool.submit(batcher.submit, 0)
-        assert model.started.wait(10)
-        impatient = pool.submit(batcher.submit, 1, timeout_s=0.02)  # leads the next batch
-        wait_until(lambda: batcher.stats().queued == 1)
-        patient = pool.submit(batcher.submit, 2)
+    with stuck() as held:
+        impatient = held.queue(1, timeout_s=0.05)  # leads the next batch
+        patient = held.queue(2)
         with pytest.raises(DeadlineExceeded):
             impatient.result(10)
-        model.gate.set()
-        assert running.result(10) == 0
+        held.release()
+        assert held.running.result(10) == 0
         assert patient.result(10) == 20
-    assert model.batches == [[0], [2]]
+    assert held.model.batches == [[0], [2]]
 
 
 def test_deadline_of_a_follower_in_a_running_batch_answers_on_time() -> None:
@@ -155,17 +178,12 @@ def test_deadline_of_a_follower_in_a_running_batch_answers_on_time() -> None:
 
 
 def test_full_queue_answers_overloaded_at_once() -> None:
-    model = GatedModel()
-    batcher = CooperativeBatcher(model, max_batch_size=1, max_latency_ms=0, max_queue=1)
-    with ThreadPoolExecutor(2) as pool:
-        running = pool.submit(batcher.submit, 0)
-        assert model.started.wait(10)
-        queued = pool.submit(batcher.submit, 1)
-        wait_until(lambda: batcher.stats().queued == 1)
+    with stuck(max_batch_size=1, max_queue=1) as held:
+        queued = held.queue(1)
         with pytest.raises(Overloaded):
-            batcher.submit(2)
-        model.gate.set()
-        assert (running.result(10), queued.result(10)) == (0, 10)
+            held.batcher.submit(2)
+        held.release()
+        assert (held.running.result(10), queued.result(10)) == (0, 10)
 
 
 def test_calling_the_batcher_from_its_own_batch_function_is_an_error() -> None:
@@ -191,36 +209,26 @@ def test_rows_and_oversized_items() -> None:
 
 
 def test_close_drains_and_refuses_new_items() -> None:
-    model = GatedModel()
-    batcher = CooperativeBatcher(model, max_batch_size=8, max_latency_ms=0)
-    with ThreadPoolExecutor(3) as pool:
-        running = pool.submit(batcher.submit, 0)
-        assert model.started.wait(10)
-        queued = pool.submit(batcher.submit, 1)
-        wait_until(lambda: batcher.stats().queued == 1)
-        closing = pool.submit(batcher.close)
-        model.gate.set()
+    with stuck() as held:
+        queued = held.queue(1)
+        closing = held.pool.submit(held.batcher.close)
+        held.release()
         closing.result(10)
-        assert (running.result(10), queued.result(10)) == (0, 10)
+        assert (held.running.result(10), queued.result(10)) == (0, 10)
     with pytest.raises(BatcherClosed):
-        batcher.submit(3)
+        held.batcher.submit(3)
 
 
 def test_close_without_drain_answers_the_queue() -> None:
-    model = GatedModel()
-    batcher = CooperativeBatcher(model, max_batch_size=8, max_latency_ms=0)
-    with ThreadPoolExecutor(3) as pool:
-        running = pool.submit(batcher.submit, 0)
-        assert model.started.wait(10)
-        queued = pool.submit(batcher.submit, 1)
-        wait_until(lambda: batcher.stats().queued == 1)
-        closing = pool.submit(batcher.close, drain=False)
+    with stuck() as held:
+        queued = held.queue(1)
+        closing = held.pool.submit(held.batcher.close, drain=False)
         with pytest.raises(BatcherClosed):
             queued.result(10)
-        model.gate.set()
+        held.release()
         closing.result(10)
-        assert running.result(10) == 0
-    assert model.batches == [[0]]
+        assert held.running.result(10) == 0
+    assert held.model.batches == [[0]]
 
 
 def test_a_model_that_raises_a_base_exception_releases_everyone() -> None:
