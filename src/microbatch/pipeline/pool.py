@@ -1,0 +1,261 @@
+"""A stage's worker processes, driven from the event loop without polling.
+
+Each worker has a duplex pipe; the loop watches the pipe (``add_reader``) for
+results and the process sentinel for its death. A batch goes to an idle worker;
+when a worker dies, the batch it held is answered :class:`WorkerDied` (or run once
+more elsewhere if the stage is idempotent) and the worker is started again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import multiprocessing
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from ..errors import RemoteError, StageFailed, WorkerDied
+from .model import WorkerContext
+from .stage import Stage
+from .transport import receive, send
+from .worker import READY, SETUP_FAILED, WorkerSpec, worker_main
+
+__all__ = ["ProcessPool"]
+
+_SPAWN = multiprocessing.get_context("spawn")
+_STOP_GRACE_S = 5.0
+_RESTART_BACKOFF_S = (0.1, 0.5, 2.0)
+
+
+@dataclass(eq=False)
+class _Worker:
+    index: int
+    process: BaseProcess
+    conn: Connection
+    ready: asyncio.Future[None]
+    batch: tuple[int, list[Any], asyncio.Future[list[Any]], bool] | None = None
+    alive: bool = True
+    setup_failures: list[RemoteError] = field(default_factory=list)
+
+
+class ProcessPool:
+    """The worker processes of one stage.
+
+    Args:
+        stage: The stage to run.
+    """
+
+    def __init__(self, stage: Stage) -> None:
+        self.stage = stage
+        self._workers: list[_Worker | None] = [None] * stage.workers
+        self._idle: asyncio.Queue[_Worker | None] = asyncio.Queue()  # None: stage failed
+        self._batch_ids = itertools.count()
+        self._restarts = 0
+        self._closing = False
+        self._failed: StageFailed | None = None
+        self._restart_tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def restarts(self) -> int:
+        """Workers started again after dying."""
+        return self._restarts
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the live workers."""
+        return [w.process.pid for w in self._workers if w is not None and w.process.pid]
+
+    async def start(self) -> None:
+        """Start every worker and wait until each has set up its model.
+
+        Raises:
+            StageFailed: A worker kept dying during setup.
+        """
+        for index in range(self.stage.workers):
+            await self._start_worker(index, attempts=self.stage.setup_attempts)
+
+    async def run(self, items: list[Any]) -> list[Any]:
+        """Run one batch on an idle worker; return its outcomes.
+
+        Never raises for the batch as a whole: a model error is a RemoteError at its
+        item's place, and a dead worker or failed stage is every item's outcome, so
+        the batcher does not split and run again what may not be run twice.
+        """
+        try:
+            worker = await self._idle_worker()
+            return await self._send(worker, items, retry=self.stage.idempotent)
+        except (WorkerDied, StageFailed) as exc:
+            return [exc] * len(items)
+
+    async def _idle_worker(self) -> _Worker:
+        while True:
+            if self._failed is not None:
+                raise self._failed
+            worker = await self._idle.get()
+            if worker is None:  # the stage failed or closed: tell the next waiter too
+                self._idle.put_nowait(None)
+            elif worker.alive:
+                return worker
+
+    async def close(self) -> None:
+        """Stop the workers: ask, wait a grace period, then terminate and kill."""
+        self._closing = True
+        self._fail(StageFailed(f"stage {self.stage.name!r} is closed"))
+        for task in list(self._restart_tasks):
+            task.cancel()
+        for worker in self._workers:
+            if worker is not None and worker.alive:
+                with contextlib.suppress(OSError):  # already gone: nothing to ask
+                    send(worker.conn, None)
+        loop = asyncio.get_running_loop()
+        for worker in self._workers:
+            if worker is not None:
+                await loop.run_in_executor(None, _stop, worker.process)
+                self._forget(worker)
+
+    # -- workers -------------------------------------------------------------------
+
+    async def _start_worker(self, index: int, attempts: int) -> None:
+        errors: list[RemoteError] = []
+        for attempt in range(attempts):
+            worker = self._spawn(index)
+            try:
+                await worker.ready
+                return
+            except RemoteError as exc:
+                errors.append(exc)
+            except WorkerDied:
+                pass
+            if attempt + 1 < attempts:
+                await asyncio.sleep(_RESTART_BACKOFF_S[min(attempt, len(_RESTART_BACKOFF_S) - 1)])
+        cause = f": {errors[-1]}" if errors else ""
+        failure = StageFailed(
+            f"stage {self.stage.name!r}: worker {index} died {attempts} times in setup{cause}"
+        )
+        self._fail(failure)
+        raise failure
+
+    def _fail(self, failure: StageFailed) -> None:
+        """From now on every run fails fast with ``failure``, waiting ones included."""
+        if self._failed is None:
+            self._failed = failure
+            self._idle.put_nowait(None)
+
+    async def _restart(self, index: int) -> None:
+        self._restarts += 1
+        with contextlib.suppress(StageFailed):  # recorded by _fail: runs now fail fast
+            await self._start_worker(index, attempts=self.stage.setup_attempts)
+
+    def _spawn(self, index: int) -> _Worker:
+        loop = asyncio.get_running_loop()
+        parent, child = _SPAWN.Pipe(duplex=True)
+        spec = WorkerSpec(
+            self.stage.model,
+            self.stage.args,
+            dict(self.stage.kwargs),
+            WorkerContext(self.stage.name, index),
+            self.stage.config.isolate_errors,
+            dict(self.stage.env),
+        )
+        process = _SPAWN.Process(
+            target=worker_main,
+            args=(child, spec),
+            name=f"microbatch-{self.stage.name}-{index}",
+            daemon=True,
+        )
+        process.start()
+        child.close()
+        worker = _Worker(index, process, parent, loop.create_future())
+        self._workers[index] = worker
+        loop.add_reader(parent.fileno(), self._on_message, worker)
+        loop.add_reader(process.sentinel, self._on_death, worker)
+        return worker
+
+    def _on_message(self, worker: _Worker) -> None:
+        try:
+            kind, payload = receive(worker.conn)
+        except (EOFError, OSError):
+            self._on_death(worker)
+            return
+        if kind == READY:
+            worker.ready.set_result(None)
+            self._idle.put_nowait(worker)
+        elif kind == SETUP_FAILED:
+            worker.ready.set_exception(payload)
+        elif worker.batch is not None and worker.batch[0] == kind:
+            _, _, future, _ = worker.batch
+            worker.batch = None
+            if not future.done():
+                future.set_result(payload)
+            if worker.alive and not self._closing:
+                self._idle.put_nowait(worker)
+
+    def _on_death(self, worker: _Worker) -> None:
+        if not worker.alive:
+            return
+        worker.alive = False
+        self._forget(worker)
+        code = worker.process.exitcode
+        if not worker.ready.done():
+            worker.ready.set_exception(WorkerDied(f"worker died in setup (exit code {code})"))
+        if worker.batch is not None:
+            _, items, future, retry = worker.batch
+            worker.batch = None
+            if retry and not self._closing:
+                task = asyncio.get_running_loop().create_task(self._retry(items, future))
+                self._restart_tasks.add(task)
+                task.add_done_callback(self._restart_tasks.discard)
+            elif not future.done():
+                future.set_exception(
+                    WorkerDied(
+                        f"stage {self.stage.name!r}: worker {worker.index} died (exit code {code})"
+                    )
+                )
+        if worker.ready.done() and not worker.ready.exception() and not self._closing:
+            task = asyncio.get_running_loop().create_task(self._restart(worker.index))
+            self._restart_tasks.add(task)
+            task.add_done_callback(self._restart_tasks.discard)
+
+    async def _retry(self, items: list[Any], future: asyncio.Future[list[Any]]) -> None:
+        try:
+            worker = await self._idle_worker()
+            outcome = await self._send(worker, items, retry=False)
+        except BaseException as exc:
+            if not future.done():
+                future.set_exception(exc)
+        else:
+            if not future.done():
+                future.set_result(outcome)
+
+    async def _send(self, worker: _Worker, items: list[Any], retry: bool) -> list[Any]:
+        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        batch_id = next(self._batch_ids)
+        worker.batch = (batch_id, items, future, retry)
+        try:
+            send(worker.conn, (batch_id, items))
+        except OSError:
+            self._on_death(worker)
+        return await future
+
+    def _forget(self, worker: _Worker) -> None:
+        """Stop watching a worker's pipe and sentinel, and close its pipe."""
+        if worker.conn.closed:
+            return
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(worker.conn.fileno())
+        loop.remove_reader(worker.process.sentinel)
+        worker.conn.close()
+
+
+def _stop(process: BaseProcess) -> None:
+    """Wait for a worker to exit; terminate, then kill, if it does not."""
+    process.join(_STOP_GRACE_S)
+    if process.is_alive():
+        process.terminate()
+        process.join(_STOP_GRACE_S)
+    if process.is_alive():
+        process.kill()
+        process.join()

@@ -1,0 +1,118 @@
+"""A Service: stages in worker processes, each with its own batching, in sequence."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+from ..batcher import Batcher
+from ..errors import Overloaded
+from .pool import ProcessPool
+from .stage import Stage
+
+__all__ = ["Service"]
+
+
+class Service:
+    """One item in, its own result out, through a pipeline of batched stages.
+
+    Each stage runs its model in worker processes and batches with its own
+    settings; the results of stage k are the items of stage k + 1. An error in any
+    stage goes straight back to its caller; a deadline covers the whole pipeline.
+
+    Args:
+        *stages: The stages, in order.
+        examples: Items run through the whole pipeline by :meth:`start` (warm-up).
+        max_in_flight: Most items inside the service at once; one more gets
+            :class:`~microbatch.errors.Overloaded` at once.
+    """
+
+    def __init__(
+        self, *stages: Stage, examples: Sequence[Any] = (), max_in_flight: int = 10_000
+    ) -> None:
+        if not stages:
+            raise ValueError("a Service needs at least one Stage")
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight!r}")
+        self.stages = stages
+        self.examples = list(examples)
+        self.max_in_flight = max_in_flight
+        self._pools = [ProcessPool(stage) for stage in stages]
+        self._batchers: list[Batcher[Any, Any]] = [
+            Batcher(pool.run, stage.config) for pool, stage in zip(self._pools, stages, strict=True)
+        ]
+        self._in_flight = 0
+        self._ready = False
+
+    @property
+    def ready(self) -> bool:
+        """Started, warmed up, and not closed."""
+        return self._ready
+
+    @property
+    def pools(self) -> Sequence[ProcessPool]:
+        """The worker pools, one per stage."""
+        return self._pools
+
+    async def start(self) -> None:
+        """Start every stage's workers and run the warm-up examples through.
+
+        Raises:
+            StageFailed: A stage's workers kept dying while setting up.
+        """
+        try:
+            await asyncio.gather(*(pool.start() for pool in self._pools))
+            await asyncio.gather(*(self.submit(example) for example in self.examples))
+        except BaseException:
+            await self.close()
+            raise
+        self._ready = True
+
+    async def submit(
+        self, item: Any, *, timeout_s: float | None = None, deadline: float | None = None
+    ) -> Any:
+        """Run one item through every stage; return its result.
+
+        Raises:
+            Overloaded: ``max_in_flight`` items are inside already.
+            DeadlineExceeded: The deadline passed (items are dropped before the next
+                stage computes them).
+            RemoteError: A stage's model failed for this item (type, message, traceback).
+            WorkerDied: The worker holding this item died.
+            StageFailed: A stage cannot run.
+        """
+        if self._in_flight >= self.max_in_flight:
+            raise Overloaded(f"{self._in_flight} items in flight")
+        if timeout_s is not None:
+            due = time.monotonic() + timeout_s
+            deadline = due if deadline is None else min(due, deadline)
+        self._in_flight += 1
+        try:
+            for batcher in self._batchers:
+                item = await batcher.submit(item, deadline=deadline)
+            return item
+        finally:
+            self._in_flight -= 1
+
+    async def close(self) -> None:
+        """Stop intake, finish what is queued, then stop every worker."""
+        self._ready = False
+        for batcher in self._batchers:
+            await batcher.close()
+        for pool in self._pools:
+            await pool.close()
+
+    async def __aenter__(self) -> Service:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()

@@ -1,0 +1,65 @@
+"""Models for the pipeline tests: importable, because workers are spawned."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from microbatch.pipeline import Model, WorkerContext
+
+
+class AddOne(Model):
+    def predict(self, batch: list[int]) -> list[int]:
+        return [x + 1 for x in batch]
+
+
+class Square(Model):
+    def predict(self, batch: list[int]) -> list[int]:
+        return [x * x for x in batch]
+
+
+class Picky(Model):
+    """Fails multiples of 7 on their own; a multiple of 11 makes the whole batch raise."""
+
+    def predict(self, batch: list[int]) -> list[Any]:
+        if any(x % 11 == 0 for x in batch):
+            raise ArithmeticError("eleven spoils the batch")
+        return [ValueError(f"{x} is a multiple of 7") if x % 7 == 0 else x for x in batch]
+
+
+class Slow(Model):
+    """Sleeps per batch and says which worker ran each item."""
+
+    def __init__(self, seconds: float = 0.002) -> None:
+        self.seconds = seconds
+
+    def setup(self, worker: WorkerContext) -> None:
+        self.worker = worker
+
+    def predict(self, batch: list[int]) -> list[tuple[int, int, int]]:
+        time.sleep(self.seconds)
+        return [(x, os.getpid(), len(batch)) for x in batch]
+
+
+class Identity(Model):
+    def predict(self, batch: list[Any]) -> list[Any]:
+        return batch
+
+
+class ExitsInSetup(Model):
+    def setup(self, worker: WorkerContext) -> None:
+        os._exit(3)
+
+
+class RaisesInSetup(Model):
+    def setup(self, worker: WorkerContext) -> None:
+        raise FileNotFoundError("no weights at /nowhere")
+
+
+class ReadsEnv(Model):
+    def setup(self, worker: WorkerContext) -> None:
+        self.tag = f"{os.environ.get('MICROBATCH_TEST_TAG')}/{worker.stage}/{worker.index}"
+
+    def predict(self, batch: list[int]) -> list[str]:
+        return [self.tag for _ in batch]
