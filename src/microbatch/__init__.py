@@ -16,9 +16,13 @@ from .errors import (
     ItemTooLarge,
     MicrobatchError,
     Overloaded,
+    RemoteError,
     ResultLengthError,
+    StageFailed,
+    WorkerDied,
 )
 from .merge import ListRows, NumpyRows, RowFormat
+from .pipeline import Model, Service, Stage, WorkerContext
 from .policy import AdaptivePolicy, CostModel, FixedPolicy, Policy, QueueState
 from .stats import BatcherStats
 
@@ -40,13 +44,20 @@ __all__ = [
     "ItemTooLarge",
     "ListRows",
     "MicrobatchError",
+    "Model",
     "MonotonicClock",
     "NumpyRows",
     "Overloaded",
     "Policy",
     "QueueState",
+    "RemoteError",
     "ResultLengthError",
     "RowFormat",
+    "Service",
+    "Stage",
+    "StageFailed",
     "SyncBatchedFunction",
+    "WorkerContext",
+    "WorkerDied",
     "batch",
 ]

@@ -57,6 +57,7 @@ class ProcessPool:
         self._closing = False
         self._failed: StageFailed | None = None
         self._restart_tasks: set[asyncio.Task[None]] = set()
+        self._dead: list[BaseProcess] = []  # exited workers, reaped at close if not before
 
     @property
     def restarts(self) -> int:
@@ -115,6 +116,9 @@ class ProcessPool:
             if worker is not None:
                 await loop.run_in_executor(None, _stop, worker.process)
                 self._forget(worker)
+        for process in self._dead:
+            await loop.run_in_executor(None, _stop, process)
+        self._dead.clear()
 
     # -- workers -------------------------------------------------------------------
 
@@ -198,6 +202,9 @@ class ProcessPool:
             return
         worker.alive = False
         self._forget(worker)
+        worker.process.join(0)  # reap it now if it has exited (no zombie)
+        if worker.process.exitcode is None:
+            self._dead.append(worker.process)  # not quite gone yet: reaped at close
         code = worker.process.exitcode
         if not worker.ready.done():
             worker.ready.set_exception(WorkerDied(f"worker died in setup (exit code {code})"))
