@@ -75,8 +75,16 @@ class ProcessPool:
         Raises:
             StageFailed: A worker kept dying during setup.
         """
-        for index in range(self.stage.workers):
-            await self._start_worker(index, attempts=self.stage.setup_attempts)
+        attempts = self.stage.setup_attempts
+        # Every start runs to its end before a failure is raised, so that no worker
+        # is still being spawned while the caller closes the pool.
+        outcomes = await asyncio.gather(
+            *(self._start_worker(index, attempts) for index in range(self.stage.workers)),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     async def run(self, items: list[Any]) -> list[Any]:
         """Run one batch on an idle worker; return its outcomes.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..config import BatchConfig
@@ -52,6 +52,4 @@ class Stage:
     @property
     def config(self) -> BatchConfig:
         """The batching settings, with one batch in flight per worker."""
-        from dataclasses import replace
-
         return replace(self.batching, max_concurrent_batches=self.workers)
