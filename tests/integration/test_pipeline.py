@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from microbatch import BatchConfig, DeadlineExceeded, Overloaded
+from microbatch import BatchConfig, BatcherClosed, DeadlineExceeded, Overloaded
 from microbatch.errors import RemoteError, StageFailed, WorkerDied
 from microbatch.pipeline import Service, Stage
 from tests.integration.pipeline_models import (
@@ -151,3 +151,19 @@ async def test_workers_get_their_environment_and_index() -> None:
     async with Service(stage) as service:
         tags = set(await asyncio.gather(*(service.submit(i) for i in range(50))))
     assert tags <= {"blue/tagger/0", "blue/tagger/1"} and tags
+
+
+async def test_stats_and_readiness_follow_the_workers() -> None:
+    stage = Stage(Slow, workers=2, batching=batching(), args=(0.001,))
+    service = Service(stage, Stage(Identity, name="echo"))
+    assert not service.ready
+    async with service:
+        await asyncio.gather(*(service.submit(i) for i in range(40)))
+        stats = service.stats()
+        assert stats.ready and not stats.draining and stats.in_flight == 0
+        assert [s.name for s in stats.stages] == ["Slow", "echo"]
+        assert [s.workers_alive for s in stats.stages] == [2, 1]
+        assert all(s.batching.items == 40 for s in stats.stages)
+    assert not service.ready and service.draining
+    with pytest.raises(BatcherClosed):
+        await service.submit(1)

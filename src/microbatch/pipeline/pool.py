@@ -65,6 +65,15 @@ class ProcessPool:
         return self._restarts
 
     @property
+    def alive(self) -> int:
+        """Workers set up and able to take a batch now."""
+        return sum(
+            1
+            for w in self._workers
+            if w is not None and w.alive and w.ready.done() and not w.ready.exception()
+        )
+
+    @property
     def pids(self) -> list[int]:
         """Process ids of the live workers."""
         return [w.process.pid for w in self._workers if w is not None and w.process.pid]

@@ -5,15 +5,45 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 from ..batcher import Batcher
-from ..errors import Overloaded
+from ..errors import BatcherClosed, Overloaded
+from ..stats import BatcherStats
 from .pool import ProcessPool
 from .stage import Stage
 
-__all__ = ["Service"]
+__all__ = ["Service", "ServiceStats", "StageStats"]
+
+
+@dataclass(frozen=True)
+class StageStats:
+    """One stage at one moment: its workers and its batcher's counters."""
+
+    name: str
+    workers: int
+    workers_alive: int
+    restarts: int
+    batching: BatcherStats
+
+
+@dataclass(frozen=True)
+class ServiceStats:
+    """The whole service at one moment.
+
+    Attributes:
+        ready: Warmed up, not draining, and every stage has a live worker.
+        draining: :meth:`Service.close` has begun: no new items are taken.
+        in_flight: Items inside the service (queued or computing, any stage).
+        stages: One entry per stage, in order.
+    """
+
+    ready: bool
+    draining: bool
+    in_flight: int
+    stages: tuple[StageStats, ...]
 
 
 class Service:
@@ -45,12 +75,32 @@ class Service:
             Batcher(pool.run, stage.config) for pool, stage in zip(self._pools, stages, strict=True)
         ]
         self._in_flight = 0
-        self._ready = False
+        self._started = False
+        self._draining = False
 
     @property
     def ready(self) -> bool:
-        """Started, warmed up, and not closed."""
-        return self._ready
+        """Warmed up, not draining, and every stage has a worker that can take a batch."""
+        return self._started and not self._draining and all(pool.alive for pool in self._pools)
+
+    @property
+    def draining(self) -> bool:
+        """:meth:`close` has begun: new items are refused, queued ones finish."""
+        return self._draining
+
+    def stats(self) -> ServiceStats:
+        """A snapshot of every stage's workers and batching counters."""
+        stages = tuple(
+            StageStats(
+                name=stage.name,
+                workers=stage.workers,
+                workers_alive=pool.alive,
+                restarts=pool.restarts,
+                batching=batcher.stats(),
+            )
+            for stage, pool, batcher in zip(self.stages, self._pools, self._batchers, strict=True)
+        )
+        return ServiceStats(self.ready, self._draining, self._in_flight, stages)
 
     @property
     def pools(self) -> Sequence[ProcessPool]:
@@ -69,7 +119,7 @@ class Service:
         except BaseException:
             await self.close()
             raise
-        self._ready = True
+        self._started = True
 
     async def submit(
         self, item: Any, *, timeout_s: float | None = None, deadline: float | None = None
@@ -77,6 +127,7 @@ class Service:
         """Run one item through every stage; return its result.
 
         Raises:
+            BatcherClosed: The service is shutting down.
             Overloaded: ``max_in_flight`` items are inside already.
             DeadlineExceeded: The deadline passed (items are dropped before the next
                 stage computes them).
@@ -84,6 +135,8 @@ class Service:
             WorkerDied: The worker holding this item died.
             StageFailed: A stage cannot run.
         """
+        if self._draining:
+            raise BatcherClosed("the service is shutting down")
         if self._in_flight >= self.max_in_flight:
             raise Overloaded(f"{self._in_flight} items in flight")
         if timeout_s is not None:
@@ -99,7 +152,7 @@ class Service:
 
     async def close(self) -> None:
         """Stop intake, finish what is queued, then stop every worker."""
-        self._ready = False
+        self._draining = True
         for batcher in self._batchers:
             await batcher.close()
         for pool in self._pools:
