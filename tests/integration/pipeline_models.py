@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
@@ -63,3 +64,61 @@ class ReadsEnv(Model):
 
     def predict(self, batch: list[int]) -> list[str]:
         return [self.tag for _ in batch]
+
+
+class CountsBatches(Model):
+    """Says which process ran each item and how many batches that model had run."""
+
+    def setup(self, worker: WorkerContext) -> None:
+        self.batches = 0
+
+    def predict(self, batch: list[Any]) -> list[tuple[Any, int, int]]:
+        self.batches += 1
+        return [(x, os.getpid(), self.batches) for x in batch]
+
+
+class FailsWarmUp(Model):
+    def predict(self, batch: list[str]) -> list[Any]:
+        return [KeyError(x) if x == "bad example" else x for x in batch]
+
+
+class ReturnsUnpicklable(Model):
+    """Odd items come back as a lock, which cannot cross a process boundary."""
+
+    def predict(self, batch: list[int]) -> list[Any]:
+        return [threading.Lock() if x % 2 else x for x in batch]
+
+
+class ReportsCpus(Model):
+    def predict(self, batch: list[int]) -> list[list[int]]:
+        cpus = sorted(os.sched_getaffinity(0))
+        return [cpus for _ in batch]
+
+
+class SetsUpUnlessMarked(Model):
+    """Sets up while the file named by its argument does not exist, then crashes."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def setup(self, worker: WorkerContext) -> None:
+        if os.path.exists(self.marker):
+            os._exit(7)
+
+    def predict(self, batch: list[int]) -> list[int]:
+        return batch
+
+
+class Flaky(Model):
+    """Fails an item when a salted hash says so; sleeps a little per batch."""
+
+    def __init__(self, salt: int, one_in: int) -> None:
+        self.salt = salt
+        self.one_in = one_in
+
+    def predict(self, batch: list[int]) -> list[Any]:
+        time.sleep(0.0005 * len(batch))
+        return [
+            ValueError(f"unlucky {x}") if hash((self.salt, x)) % self.one_in == 0 else x + 1
+            for x in batch
+        ]

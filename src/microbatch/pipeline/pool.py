@@ -12,7 +12,8 @@ import asyncio
 import contextlib
 import itertools
 import multiprocessing
-from dataclasses import dataclass, field
+import pickle
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -35,10 +36,10 @@ class _Worker:
     index: int
     process: BaseProcess
     conn: Connection
-    ready: asyncio.Future[None]
+    set_up: asyncio.Future[None]  # the model is built and set up in the process
     batch: tuple[int, list[Any], asyncio.Future[list[Any]], bool] | None = None
     alive: bool = True
-    setup_failures: list[RemoteError] = field(default_factory=list)
+    serving: bool = False  # warmed up and handed to the idle queue at least once
 
 
 class ProcessPool:
@@ -58,6 +59,7 @@ class ProcessPool:
         self._failed: StageFailed | None = None
         self._restart_tasks: set[asyncio.Task[None]] = set()
         self._dead: list[BaseProcess] = []  # exited workers, reaped at close if not before
+        self._warm_up_items: list[Any] | None = None  # known once warm_up() ran
 
     @property
     def restarts(self) -> int:
@@ -67,11 +69,7 @@ class ProcessPool:
     @property
     def alive(self) -> int:
         """Workers set up and able to take a batch now."""
-        return sum(
-            1
-            for w in self._workers
-            if w is not None and w.alive and w.ready.done() and not w.ready.exception()
-        )
+        return sum(1 for w in self._workers if w is not None and w.alive and w.serving)
 
     @property
     def pids(self) -> list[int]:
@@ -80,6 +78,8 @@ class ProcessPool:
 
     async def start(self) -> None:
         """Start every worker and wait until each has set up its model.
+
+        The workers take batches once :meth:`warm_up` has run through them.
 
         Raises:
             StageFailed: A worker kept dying during setup.
@@ -94,6 +94,29 @@ class ProcessPool:
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
+
+    async def warm_up(self, items: list[Any]) -> list[Any]:
+        """Run ``items`` as one batch through every worker, then let them take batches.
+
+        Workers started later (after a crash) run the same items before they take
+        a batch. Returns the outcomes of the first worker: the next stage's items.
+
+        Raises:
+            StageFailed: An item failed or a worker died while warming up.
+        """
+        self._warm_up_items = list(items)
+        workers = [w for w in self._workers if w is not None and w.alive]
+        outcomes = await asyncio.gather(*(self._warm(w) for w in workers), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                failure = StageFailed(f"stage {self.stage.name!r}: warm-up failed: {outcome}")
+                self._fail(failure)
+                raise failure from outcome
+        for worker in workers:
+            self._serve(worker)
+        first = outcomes[0] if outcomes else []
+        assert isinstance(first, list)
+        return first
 
     async def run(self, items: list[Any]) -> list[Any]:
         """Run one batch on an idle worker; return its outcomes.
@@ -119,20 +142,31 @@ class ProcessPool:
                 return worker
 
     async def close(self) -> None:
-        """Stop the workers: ask, wait a grace period, then terminate and kill."""
+        """Stop the workers: each finishes the batch it holds, then exits; one that
+        does not within a grace period is terminated, then killed."""
         self._closing = True
         self._fail(StageFailed(f"stage {self.stage.name!r} is closed"))
         for task in list(self._restart_tasks):
             task.cancel()
-        for worker in self._workers:
-            if worker is not None and worker.alive:
-                with contextlib.suppress(OSError):  # already gone: nothing to ask
-                    send(worker.conn, None)
         loop = asyncio.get_running_loop()
-        for worker in self._workers:
-            if worker is not None:
-                await loop.run_in_executor(None, _stop, worker.process)
-                self._forget(worker)
+        live = [w for w in self._workers if w is not None and w.alive]
+        for worker in live:
+            loop.remove_reader(worker.process.sentinel)  # _stop reaps it now
+            with contextlib.suppress(OSError):  # already gone: nothing to ask
+                send(worker.conn, None)
+        await asyncio.gather(*(loop.run_in_executor(None, _stop, w.process) for w in live))
+        for worker in live:
+            while worker.alive and worker.batch is not None and _has_data(worker.conn):
+                self._on_message(worker)  # a result written just before it exited
+            worker.alive = False
+            if worker.batch is not None:
+                _, _, future, _ = worker.batch
+                worker.batch = None
+                if not future.done():
+                    future.set_exception(
+                        StageFailed(f"stage {self.stage.name!r} closed before the batch finished")
+                    )
+            self._forget(worker)
         for process in self._dead:
             await loop.run_in_executor(None, _stop, process)
         self._dead.clear()
@@ -144,10 +178,14 @@ class ProcessPool:
         for attempt in range(attempts):
             worker = self._spawn(index)
             try:
-                await worker.ready
+                await worker.set_up
+                if self._warm_up_items is not None:  # a restart: warm up, then serve
+                    await self._warm(worker)
+                    self._serve(worker)
                 return
             except RemoteError as exc:
                 errors.append(exc)
+                self._stop_quietly(worker)
             except WorkerDied:
                 pass
             if attempt + 1 < attempts:
@@ -158,6 +196,36 @@ class ProcessPool:
         )
         self._fail(failure)
         raise failure
+
+    async def _warm(self, worker: _Worker) -> list[Any]:
+        """Run the warm-up items on ``worker``; an item's error fails the warm-up."""
+        items = self._warm_up_items or []
+        if not items:
+            return []
+        outcomes = await self._send(worker, items, retry=False)
+        for item, outcome in zip(items, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                if isinstance(outcome, RemoteError):
+                    raise RemoteError(
+                        outcome.type_name,
+                        f"warm-up item {item!r:.80} failed: {outcome.message}",
+                        outcome.traceback_text,
+                    )
+                raise outcome
+        return outcomes
+
+    def _serve(self, worker: _Worker) -> None:
+        if worker.alive and not worker.serving and not self._closing:
+            worker.serving = True
+            self._idle.put_nowait(worker)
+
+    def _stop_quietly(self, worker: _Worker) -> None:
+        """Stop a worker that failed to set up or warm up (no restart, no WorkerDied)."""
+        if worker.alive:
+            worker.alive = False
+            self._forget(worker)
+            worker.process.kill()
+            self._dead.append(worker.process)
 
     def _fail(self, failure: StageFailed) -> None:
         """From now on every run fails fast with ``failure``, waiting ones included."""
@@ -179,11 +247,12 @@ class ProcessPool:
             dict(self.stage.kwargs),
             WorkerContext(self.stage.name, index),
             self.stage.config.isolate_errors,
-            dict(self.stage.env),
+            self.stage.env_for(index),
+            self.stage.cpus_for(index),
         )
         process = _SPAWN.Process(
             target=worker_main,
-            args=(child, spec),
+            args=(child, pickle.dumps(spec, protocol=5)),
             name=f"microbatch-{self.stage.name}-{index}",
             daemon=True,
         )
@@ -202,16 +271,15 @@ class ProcessPool:
             self._on_death(worker)
             return
         if kind == READY:
-            worker.ready.set_result(None)
-            self._idle.put_nowait(worker)
+            worker.set_up.set_result(None)
         elif kind == SETUP_FAILED:
-            worker.ready.set_exception(payload)
+            worker.set_up.set_exception(payload)
         elif worker.batch is not None and worker.batch[0] == kind:
             _, _, future, _ = worker.batch
             worker.batch = None
             if not future.done():
                 future.set_result(payload)
-            if worker.alive and not self._closing:
+            if worker.serving and worker.alive and not self._closing:
                 self._idle.put_nowait(worker)
 
     def _on_death(self, worker: _Worker) -> None:
@@ -223,8 +291,8 @@ class ProcessPool:
         if worker.process.exitcode is None:
             self._dead.append(worker.process)  # not quite gone yet: reaped at close
         code = worker.process.exitcode
-        if not worker.ready.done():
-            worker.ready.set_exception(WorkerDied(f"worker died in setup (exit code {code})"))
+        if not worker.set_up.done():
+            worker.set_up.set_exception(WorkerDied(f"worker died in setup (exit code {code})"))
         if worker.batch is not None:
             _, items, future, retry = worker.batch
             worker.batch = None
@@ -238,7 +306,7 @@ class ProcessPool:
                         f"stage {self.stage.name!r}: worker {worker.index} died (exit code {code})"
                     )
                 )
-        if worker.ready.done() and not worker.ready.exception() and not self._closing:
+        if worker.serving and not self._closing:
             task = asyncio.get_running_loop().create_task(self._restart(worker.index))
             self._restart_tasks.add(task)
             task.add_done_callback(self._restart_tasks.discard)
@@ -257,11 +325,14 @@ class ProcessPool:
     async def _send(self, worker: _Worker, items: list[Any], retry: bool) -> list[Any]:
         future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
         batch_id = next(self._batch_ids)
-        worker.batch = (batch_id, items, future, retry)
         try:
             send(worker.conn, (batch_id, items))
-        except OSError:
+        except OSError:  # it died before the batch reached it: another worker may run it
             self._on_death(worker)
+            if not worker.serving:  # warming up: this worker's start failed
+                raise WorkerDied(f"stage {self.stage.name!r}: worker {worker.index} died") from None
+            return await self._send(await self._idle_worker(), items, retry)
+        worker.batch = (batch_id, items, future, retry)
         return await future
 
     def _forget(self, worker: _Worker) -> None:
@@ -283,3 +354,10 @@ def _stop(process: BaseProcess) -> None:
     if process.is_alive():
         process.kill()
         process.join()
+
+
+def _has_data(conn: Connection) -> bool:
+    try:
+        return conn.poll(0)
+    except (OSError, EOFError):
+        return False

@@ -3,19 +3,49 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from ..batcher import Batcher
 from ..errors import BatcherClosed, Overloaded
 from ..stats import BatcherStats
 from .pool import ProcessPool
 from .stage import Stage
+from .threads import ThreadPool
 
-__all__ = ["Service", "ServiceStats", "StageStats"]
+__all__ = ["Service", "ServiceStats", "StageStats", "WorkerPool"]
+
+
+class WorkerPool(Protocol):
+    """What the service needs of a stage's workers (processes or threads)."""
+
+    @property
+    def alive(self) -> int:
+        """Workers able to take a batch now."""
+
+    @property
+    def restarts(self) -> int:
+        """Workers started again after dying."""
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the live workers (empty for threads)."""
+
+    async def start(self) -> None:
+        """Start the workers and set up their models."""
+
+    async def warm_up(self, items: list[Any]) -> list[Any]:
+        """Run ``items`` through every worker; return one worker's outcomes."""
+
+    async def run(self, items: list[Any]) -> list[Any]:
+        """Run one batch on an idle worker; return one outcome per item."""
+
+    async def close(self) -> None:
+        """Stop the workers."""
 
 
 @dataclass(frozen=True)
@@ -58,10 +88,15 @@ class Service:
         examples: Items run through the whole pipeline by :meth:`start` (warm-up).
         max_in_flight: Most items inside the service at once; one more gets
             :class:`~microbatch.errors.Overloaded` at once.
+        grace_s: How long :meth:`close` lets the items inside finish.
     """
 
     def __init__(
-        self, *stages: Stage, examples: Sequence[Any] = (), max_in_flight: int = 10_000
+        self,
+        *stages: Stage,
+        examples: Sequence[Any] = (),
+        max_in_flight: int = 10_000,
+        grace_s: float = 30.0,
     ) -> None:
         if not stages:
             raise ValueError("a Service needs at least one Stage")
@@ -70,13 +105,17 @@ class Service:
         self.stages = stages
         self.examples = list(examples)
         self.max_in_flight = max_in_flight
-        self._pools = [ProcessPool(stage) for stage in stages]
+        self.grace_s = grace_s
+        self._pools: list[WorkerPool] = [
+            ThreadPool(stage) if stage.mode == "thread" else ProcessPool(stage) for stage in stages
+        ]
         self._batchers: list[Batcher[Any, Any]] = [
             Batcher(pool.run, stage.config) for pool, stage in zip(self._pools, stages, strict=True)
         ]
         self._in_flight = 0
         self._started = False
         self._draining = False
+        self._emptied: asyncio.Event | None = None  # set when the last item leaves
 
     @property
     def ready(self) -> bool:
@@ -103,19 +142,24 @@ class Service:
         return ServiceStats(self.ready, self._draining, self._in_flight, stages)
 
     @property
-    def pools(self) -> Sequence[ProcessPool]:
+    def pools(self) -> Sequence[WorkerPool]:
         """The worker pools, one per stage."""
         return self._pools
 
     async def start(self) -> None:
-        """Start every stage's workers and run the warm-up examples through.
+        """Start every stage's workers, then warm them up: the examples run as one
+        batch through every worker of the first stage, their results through every
+        worker of the second, and so on.
 
         Raises:
-            StageFailed: A stage's workers kept dying while setting up.
+            StageFailed: A stage's workers kept dying while setting up, or a
+                warm-up example failed.
         """
         try:
             await asyncio.gather(*(pool.start() for pool in self._pools))
-            await asyncio.gather(*(self.submit(example) for example in self.examples))
+            items = self.examples
+            for pool in self._pools:
+                items = await pool.warm_up(items)
         except BaseException:
             await self.close()
             raise
@@ -137,6 +181,8 @@ class Service:
         """
         if self._draining:
             raise BatcherClosed("the service is shutting down")
+        if not self._started:
+            raise BatcherClosed("the service is not started: use `async with service` or start()")
         if self._in_flight >= self.max_in_flight:
             raise Overloaded(f"{self._in_flight} items in flight")
         if timeout_s is not None:
@@ -149,14 +195,22 @@ class Service:
             return item
         finally:
             self._in_flight -= 1
+            if not self._in_flight and self._emptied is not None:
+                self._emptied.set()
 
     async def close(self) -> None:
-        """Stop intake, finish what is queued, then stop every worker."""
+        """Stop intake at once, let the items inside finish for up to ``grace_s``
+        seconds, answer any still queued :class:`BatcherClosed`, then stop every
+        worker (terminate, then kill, one that does not exit)."""
         self._draining = True
-        for batcher in self._batchers:
-            await batcher.close()
-        for pool in self._pools:
-            await pool.close()
+        if self._in_flight:
+            self._emptied = asyncio.Event()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._emptied.wait(), self.grace_s)
+        await asyncio.gather(
+            *(batcher.close(drain=False) for batcher in self._batchers),
+            *(pool.close() for pool in self._pools),
+        )
 
     async def __aenter__(self) -> Service:
         await self.start()

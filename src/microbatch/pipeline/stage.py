@@ -1,15 +1,19 @@
-"""A stage: a model class, how many workers run it, and how its batches are formed."""
+"""A stage: a model class, how many workers run it, where, and how its batches are formed."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import pickle
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from ..config import BatchConfig
 from .model import Model
 
 __all__ = ["Stage"]
+
+Env = Mapping[str, str] | Callable[[int], Mapping[str, str]]
+Cpus = Sequence[int] | Callable[[int], Sequence[int]] | None
 
 
 @dataclass(frozen=True)
@@ -17,39 +21,93 @@ class Stage:
     """One step of a :class:`~microbatch.pipeline.service.Service`.
 
     Args:
-        model: The :class:`Model` subclass (importable: workers are spawned).
-        workers: Worker processes running the model.
+        model: The :class:`Model` subclass. In process mode it is sent to the
+            workers by reference, so it must be importable (module level, not
+            defined inside a function), and ``args``/``kwargs`` must pickle.
+        workers: Workers running the model, one model instance each.
+        mode: ``"process"`` (default): each worker is a spawned process.
+            ``"thread"``: each worker is a thread of the serving process, for
+            models that release the GIL (most numpy/torch kernels do).
         batching: How this stage's batches are formed (``max_concurrent_batches``
             is set to ``workers``: one batch per worker).
+        max_batch_size: Shortcut that overrides ``batching.max_batch_size``.
+        max_latency_ms: Shortcut that overrides ``batching.max_latency_ms``.
         name: Shown in errors and stats (default: the model's class name).
         args: Positional arguments for the model's constructor.
         kwargs: Keyword arguments for the model's constructor.
         idempotent: A batch whose worker died is run once more on another worker.
         setup_attempts: Times a worker may die while setting up before the stage fails.
-        env: Environment variables set in each worker (e.g. ``CUDA_VISIBLE_DEVICES``).
+        env: Environment variables for each worker process (e.g.
+            ``CUDA_VISIBLE_DEVICES``), or a function of the worker index giving them.
+        cpus: CPU ids the stage's worker processes are pinned to, or a function of
+            the worker index giving each worker its own (Linux only).
     """
 
     model: type[Model]
     workers: int = 1
+    mode: Literal["process", "thread"] = "process"
     batching: BatchConfig = field(default_factory=BatchConfig)
+    max_batch_size: int | None = None
+    max_latency_ms: float | None = None
     name: str = ""
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     idempotent: bool = False
     setup_attempts: int = 3
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Env = field(default_factory=dict)
+    cpus: Cpus = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.model, type) and issubclass(self.model, Model)):
             raise TypeError(f"model must be a Model subclass, got {self.model!r}")
         if not isinstance(self.workers, int) or self.workers < 1:
             raise ValueError(f"workers must be an int >= 1, got {self.workers!r}")
+        if self.mode not in ("process", "thread"):
+            raise ValueError(f"mode must be 'process' or 'thread', got {self.mode!r}")
         if self.setup_attempts < 1:
             raise ValueError(f"setup_attempts must be >= 1, got {self.setup_attempts!r}")
+        batching = self.batching
+        if self.max_batch_size is not None:
+            batching = replace(batching, max_batch_size=self.max_batch_size)
+        if self.max_latency_ms is not None:
+            batching = replace(batching, max_latency_ms=self.max_latency_ms)
+        object.__setattr__(self, "batching", batching)
         if not self.name:
             object.__setattr__(self, "name", self.model.__name__)
+        if self.mode == "process":
+            _check_sendable(self)
+        elif self.env or self.cpus is not None:
+            raise ValueError("env and cpus apply to worker processes, not to mode='thread'")
 
     @property
     def config(self) -> BatchConfig:
         """The batching settings, with one batch in flight per worker."""
         return replace(self.batching, max_concurrent_batches=self.workers)
+
+    def env_for(self, index: int) -> dict[str, str]:
+        """The environment variables of worker ``index``."""
+        return dict(self.env(index) if callable(self.env) else self.env)
+
+    def cpus_for(self, index: int) -> list[int] | None:
+        """The CPU ids worker ``index`` is pinned to (None: not pinned)."""
+        if self.cpus is None:
+            return None
+        return list(self.cpus(index) if callable(self.cpus) else self.cpus)
+
+
+def _check_sendable(stage: Stage) -> None:
+    """Fail now, clearly, if a spawned worker could not receive the model."""
+    model = stage.model
+    if "<locals>" in model.__qualname__:
+        raise TypeError(
+            f"{model.__qualname__} is defined inside a function; worker processes are"
+            " spawned and import the model by name: define it at module level"
+            " (or use mode='thread')"
+        )
+    try:
+        pickle.dumps((model, stage.args, dict(stage.kwargs)))
+    except Exception as exc:
+        raise TypeError(
+            f"stage {stage.name!r}: the model class and its args/kwargs must pickle to reach"
+            f" spawned workers ({type(exc).__name__}: {exc}); use mode='thread' otherwise"
+        ) from exc

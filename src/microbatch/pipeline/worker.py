@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import pickle
+import signal
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -29,13 +31,22 @@ class WorkerSpec:
     context: WorkerContext
     isolate_errors: bool
     env: Mapping[str, str]
+    cpus: Sequence[int] | None = None
 
 
-def worker_main(conn: Connection, spec: WorkerSpec) -> None:
+def worker_main(conn: Connection, pickled_spec: bytes) -> None:
     """Entry point of a worker process. Messages: ``(batch_id, items)`` in,
-    ``(batch_id, outcomes)`` out; ``None`` in means stop."""
-    os.environ.update(spec.env)
+    ``(batch_id, outcomes)`` out; ``None`` in means stop.
+
+    The spec arrives pickled so that a model that cannot be imported here is
+    reported as a setup failure with its reason, not as a bare crash.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the serving process's to handle
     try:
+        spec: WorkerSpec = pickle.loads(pickled_spec)
+        os.environ.update(spec.env)
+        if spec.cpus is not None:
+            os.sched_setaffinity(0, spec.cpus)
         model = spec.model(*spec.args, **spec.kwargs)
         model.setup(spec.context)
     except BaseException as exc:
@@ -50,10 +61,29 @@ def worker_main(conn: Connection, spec: WorkerSpec) -> None:
         if message is None:
             return
         batch_id, items = message
-        outcomes = run_batch(model.predict, items, spec.isolate_errors)
-        send(conn, (batch_id, _portable(outcomes)))
+        outcomes = _portable(run_batch(model.predict, items, spec.isolate_errors))
+        try:
+            send(conn, (batch_id, outcomes))
+        except OSError:
+            raise
+        except Exception:  # a result that does not pickle: nothing was written yet
+            send(conn, (batch_id, [_pickled_or_error(outcome) for outcome in outcomes]))
 
 
 def _portable(outcomes: list[Any]) -> list[Any]:
     """Exceptions become RemoteError, which pickles whatever the original held."""
     return [RemoteError.from_exception(o) if isinstance(o, BaseException) else o for o in outcomes]
+
+
+def _pickled_or_error(outcome: Any) -> Any:
+    """The outcome if it pickles, else its own item's error (not the batch's)."""
+    try:
+        pickle.dumps(outcome, protocol=5, buffer_callback=_discard)
+    except Exception as exc:
+        reason = f"the result ({type(outcome).__qualname__}) cannot be sent back: {exc}"
+        return RemoteError("UnpicklableResult", reason, "")
+    return outcome
+
+
+def _discard(buffer: pickle.PickleBuffer) -> None:
+    """Out-of-band buffers need not be copied just to learn that a result pickles."""

@@ -1,0 +1,238 @@
+"""The Service's lifecycle and placement: warm-up, thread stages, pinning, closing,
+clear errors for models that cannot reach a spawned worker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from microbatch import BatchConfig, BatcherClosed
+from microbatch.errors import RemoteError, StageFailed
+from microbatch.pipeline import Model, Service, Stage
+from tests.integration.pipeline_models import (
+    AddOne,
+    CountsBatches,
+    FailsWarmUp,
+    Identity,
+    Picky,
+    RaisesInSetup,
+    ReportsCpus,
+    ReturnsUnpicklable,
+    SetsUpUnlessMarked,
+    Slow,
+    Square,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def batching(**settings: Any) -> BatchConfig:
+    return BatchConfig(**{"max_batch_size": 16, "max_latency_ms": 2, **settings})
+
+
+def children() -> set[int]:
+    """Live (not zombie) processes whose parent is this test process, except the
+    resource tracker that multiprocessing keeps for the life of the process."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                command = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            mine = int(fields[1]) == os.getpid() and fields[0] != "Z"
+            if mine and b"resource_tracker" not in command:
+                found.add(int(entry.name))
+    return found
+
+
+async def eventually(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Wait (bounded) for a condition that the event loop makes true."""
+    async with asyncio.timeout(timeout_s):
+        while not condition():  # noqa: ASYNC110 - a test watching state it cannot subscribe to
+            await asyncio.sleep(0.01)
+
+
+async def test_examples_warm_up_every_worker_and_every_restart() -> None:
+    service = Service(Stage(CountsBatches, workers=2, batching=batching()), examples=["warm"])
+    async with service:
+        pids = set(service.pools[0].pids)
+        assert len(pids) == 2
+        # Each worker ran the warm-up batch, so the first real batch is its second.
+        results = await asyncio.gather(*(service.submit(i) for i in range(60)))
+        assert {pid for _, pid, _ in results} <= pids
+        assert min(n for _, _, n in results) >= 2
+        victim = results[0][1]
+        os.kill(victim, signal.SIGKILL)
+        await eventually(lambda: victim not in service.pools[0].pids)
+        await eventually(lambda: service.pools[0].alive == 2)
+        replacement = set(service.pools[0].pids) - pids
+        results = await asyncio.gather(*(service.submit(i) for i in range(60)))
+    served_by_new = [n for _, pid, n in results if pid in replacement]
+    assert min(served_by_new, default=2) >= 2  # warmed up before it took a batch
+
+
+async def test_a_failing_warm_up_example_fails_start_and_says_which() -> None:
+    service = Service(Stage(FailsWarmUp), examples=["fine", "bad example"])
+    with pytest.raises(StageFailed, match="warm-up") as caught:
+        await service.start()
+    assert "bad example" in str(caught.value)
+    assert not service.ready and not children()
+
+
+async def test_warm_up_results_feed_the_next_stage() -> None:
+    service = Service(Stage(AddOne), Stage(Square), Stage(CountsBatches), examples=[1, 2])
+    async with service:
+        assert service.ready
+        assert (await service.submit(3))[0] == 16
+
+
+async def test_a_result_that_cannot_be_sent_back_fails_only_its_item() -> None:
+    async with Service(Stage(ReturnsUnpicklable, batching=batching())) as service:
+        results = await asyncio.gather(
+            *(service.submit(i) for i in range(20)), return_exceptions=True
+        )
+        assert await service.submit(4) == 4  # the worker is fine
+    for i, result in enumerate(results):
+        if i % 2:
+            assert isinstance(result, RemoteError) and result.type_name == "UnpicklableResult"
+            assert "lock" in result.message
+        else:
+            assert result == i
+
+
+async def test_thread_stages_batch_route_and_isolate_errors() -> None:
+    service = Service(
+        Stage(AddOne, mode="thread", batching=batching()),
+        Stage(Picky, workers=2, mode="thread", batching=batching()),
+        examples=[1],
+    )
+    async with service:
+        assert service.ready and service.pools[1].alive == 2
+        results = await asyncio.gather(
+            *(service.submit(i) for i in range(200)), return_exceptions=True
+        )
+    for i, result in enumerate(results):
+        x = i + 1
+        if x % 11 == 0:
+            assert isinstance(result, ArithmeticError)
+        elif x % 7 == 0:
+            assert isinstance(result, ValueError) and str(result) == f"{x} is a multiple of 7"
+        else:
+            assert result == x
+    assert not service.ready
+
+
+async def test_process_and_thread_stages_mix_and_arrays_stay_exact() -> None:
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal((8, 32), dtype=np.float32) for _ in range(30)]
+    service = Service(Stage(Identity, batching=batching()), Stage(Identity, mode="thread"))
+    async with service:
+        back = await asyncio.gather(*(service.submit(a) for a in arrays))
+    assert all(np.array_equal(a, b) for a, b in zip(arrays, back, strict=True))
+
+
+async def test_a_thread_stage_that_cannot_set_up_fails_start() -> None:
+    service = Service(Stage(RaisesInSetup, mode="thread", setup_attempts=1))
+    with pytest.raises(StageFailed, match="no weights at /nowhere"):
+        await service.start()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pinning needs Linux")
+async def test_workers_are_pinned_to_their_cpus() -> None:
+    last = max(os.sched_getaffinity(0))
+    async with Service(Stage(ReportsCpus, cpus=[last])) as service:
+        assert await service.submit(0) == [last]
+    per_worker = Stage(ReportsCpus, workers=2, cpus=lambda i: [i % (last + 1)])
+    async with Service(per_worker) as service:
+        results = await asyncio.gather(*(service.submit(i) for i in range(40)))
+    assert results and {tuple(r) for r in results} <= {(0,), (1 % (last + 1),)}
+
+
+async def test_workers_get_their_own_environment_from_a_function() -> None:
+    from tests.integration.pipeline_models import ReadsEnv
+
+    stage = Stage(ReadsEnv, workers=2, env=lambda i: {"MICROBATCH_TEST_TAG": f"gpu{i}"})
+    async with Service(stage) as service:
+        tags = set(await asyncio.gather(*(service.submit(i) for i in range(60))))
+    assert tags <= {"gpu0/ReadsEnv/0", "gpu1/ReadsEnv/1"} and tags
+
+
+async def test_close_lets_the_items_inside_finish() -> None:
+    stage = Stage(Slow, batching=batching(max_latency_ms=0, max_batch_size=2), args=(0.1,))
+    service = Service(stage)
+    await service.start()
+    calls = [asyncio.create_task(service.submit(i)) for i in range(6)]
+    await asyncio.sleep(0.05)
+    await service.close()
+    assert [r[0] for r in await asyncio.gather(*calls)] == list(range(6))
+    with pytest.raises(BatcherClosed):
+        await service.submit(9)
+    assert not children()
+
+
+async def test_close_after_the_grace_period_answers_what_is_still_queued() -> None:
+    stage = Stage(Slow, batching=batching(max_latency_ms=0, max_batch_size=1), args=(0.3,))
+    service = Service(stage, grace_s=0.05)
+    await service.start()
+    calls = [asyncio.create_task(service.submit(i)) for i in range(4)]
+    await asyncio.sleep(0.05)
+    await service.close()
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    assert results[0][0] == 0  # the running batch finished
+    assert all(isinstance(r, BatcherClosed) for r in results[1:])
+    assert not children()
+
+
+async def test_submit_before_start_is_refused_at_once() -> None:
+    with pytest.raises(BatcherClosed, match="not started"):
+        await Service(Stage(Identity)).submit(1)
+
+
+async def test_a_stage_whose_workers_can_no_longer_set_up_fails_fast(tmp_path: Path) -> None:
+    marker = tmp_path / "broken"
+    stage = Stage(SetsUpUnlessMarked, args=(str(marker),), setup_attempts=2)
+    async with Service(stage) as service:
+        assert await service.submit(1) == 1
+        marker.touch()  # from now on every restart dies in setup
+        (pid,) = service.pools[0].pids
+        os.kill(pid, signal.SIGKILL)
+        await eventually(lambda: not service.ready)
+        with pytest.raises(StageFailed, match="died 2 times in setup"):
+            await asyncio.wait_for(service.submit(2), timeout=10)  # waits for the verdict
+        assert not service.ready
+        with pytest.raises(StageFailed):
+            await service.submit(3)  # at once, not after a timeout
+    assert not children()
+
+
+def test_a_model_defined_in_a_function_is_refused_with_a_clear_reason() -> None:
+    class Local(Model):
+        def predict(self, batch: list[int]) -> list[int]:
+            return batch
+
+    with pytest.raises(TypeError, match="define it at module level"):
+        Stage(Local)
+    Stage(Local, mode="thread")  # threads need no pickling
+
+
+def test_arguments_that_do_not_pickle_are_refused_with_a_clear_reason() -> None:
+    with pytest.raises(TypeError, match="must pickle"):
+        Stage(Identity, args=(threading.Lock(),))
+
+
+def test_stage_shortcuts_and_thread_only_options() -> None:
+    stage = Stage(Identity, workers=3, max_batch_size=5, max_latency_ms=7)
+    assert (stage.config.max_batch_size, stage.config.max_latency_ms) == (5, 7)
+    assert stage.config.max_concurrent_batches == 3
+    with pytest.raises(ValueError, match="not to mode='thread'"):
+        Stage(Identity, mode="thread", cpus=[0])
