@@ -198,7 +198,7 @@ async def test_submit_before_start_is_refused_at_once() -> None:
         await Service(Stage(Identity)).submit(1)
 
 
-async def test_a_stage_whose_workers_can_no_longer_set_up_fails_fast(tmp_path: Path) -> None:
+async def test_a_stage_whose_workers_cannot_set_up_fails_fast_then_recovers(tmp_path: Path) -> None:
     marker = tmp_path / "broken"
     stage = Stage(SetsUpUnlessMarked, args=(str(marker),), setup_attempts=2)
     async with Service(stage) as service:
@@ -212,6 +212,9 @@ async def test_a_stage_whose_workers_can_no_longer_set_up_fails_fast(tmp_path: P
         assert not service.ready
         with pytest.raises(StageFailed):
             await service.submit(3)  # at once, not after a timeout
+        marker.unlink()  # the cause is fixed: the next restart, after a pause, succeeds
+        await eventually(lambda: service.ready, timeout_s=20)
+        assert await service.submit(4) == 4
     assert not children()
 
 

@@ -28,7 +28,8 @@ __all__ = ["ProcessPool"]
 
 _SPAWN = multiprocessing.get_context("spawn")
 _STOP_GRACE_S = 5.0
-_RESTART_BACKOFF_S = (0.1, 0.5, 2.0)
+_SETUP_BACKOFF_S = (0.1, 0.5, 2.0)  # between setup attempts of one start
+_MAX_RESTART_BACKOFF_S = 60.0  # between starts of a worker whose setups keep failing
 
 
 @dataclass(eq=False)
@@ -92,6 +93,8 @@ class ProcessPool:
             return_exceptions=True,
         )
         for outcome in outcomes:
+            if isinstance(outcome, StageFailed):
+                self._fail(outcome)
             if isinstance(outcome, BaseException):
                 raise outcome
 
@@ -137,7 +140,8 @@ class ProcessPool:
                 raise self._failed
             worker = await self._idle.get()
             if worker is None:  # the stage failed or closed: tell the next waiter too
-                self._idle.put_nowait(None)
+                if self._failed is not None:
+                    self._idle.put_nowait(None)
             elif worker.alive:
                 return worker
 
@@ -189,12 +193,11 @@ class ProcessPool:
             except WorkerDied:
                 pass
             if attempt + 1 < attempts:
-                await asyncio.sleep(_RESTART_BACKOFF_S[min(attempt, len(_RESTART_BACKOFF_S) - 1)])
+                await asyncio.sleep(_SETUP_BACKOFF_S[min(attempt, len(_SETUP_BACKOFF_S) - 1)])
         cause = f": {errors[-1]}" if errors else ""
         failure = StageFailed(
             f"stage {self.stage.name!r}: worker {index} died {attempts} times in setup{cause}"
         )
-        self._fail(failure)
         raise failure
 
     async def _warm(self, worker: _Worker) -> list[Any]:
@@ -234,9 +237,22 @@ class ProcessPool:
             self._idle.put_nowait(None)
 
     async def _restart(self, index: int) -> None:
+        """Start worker ``index`` again; while its setup keeps failing, try again
+        with a growing pause, and while no worker serves, fail runs fast."""
         self._restarts += 1
-        with contextlib.suppress(StageFailed):  # recorded by _fail: runs now fail fast
-            await self._start_worker(index, attempts=self.stage.setup_attempts)
+        pause = _SETUP_BACKOFF_S[-1]
+        while True:
+            try:
+                await self._start_worker(index, attempts=self.stage.setup_attempts)
+            except StageFailed as failure:
+                if not self.alive:
+                    self._fail(failure)
+                await asyncio.sleep(pause)
+                pause = min(2 * pause, _MAX_RESTART_BACKOFF_S)
+            else:
+                if not self._closing:
+                    self._failed = None  # serving again; its None marker is skipped
+                return
 
     def _spawn(self, index: int) -> _Worker:
         loop = asyncio.get_running_loop()
