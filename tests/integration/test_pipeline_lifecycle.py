@@ -4,7 +4,9 @@ clear errors for models that cannot reach a spawned worker."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
+import shutil
 import signal
 import threading
 from collections.abc import Callable
@@ -239,3 +241,23 @@ def test_stage_shortcuts_and_thread_only_options() -> None:
     assert stage.config.max_concurrent_batches == 3
     with pytest.raises(ValueError, match="not to mode='thread'"):
         Stage(Identity, mode="thread", cpus=[0])
+
+
+async def test_a_model_the_worker_cannot_import_is_a_setup_failure_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = tmp_path / "vanishing_model.py"
+    module.write_text(
+        "from microbatch import Model\n\n"
+        "class Vanishing(Model):\n"
+        "    def predict(self, batch):\n"
+        "        return batch\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    vanishing_model = importlib.import_module("vanishing_model")
+    stage = Stage(vanishing_model.Vanishing, setup_attempts=1)
+    module.unlink()  # importable here, gone for the spawned worker
+    shutil.rmtree(tmp_path / "__pycache__", ignore_errors=True)
+    with pytest.raises(StageFailed, match=r"ModuleNotFoundError.*vanishing_model"):
+        await Service(stage).start()
+    assert not children()
