@@ -63,6 +63,10 @@ class Batcher(Generic[T, R]):
         fn: The batch function.
         config: Batching settings; or pass them as keyword arguments.
         clock: Time source (a FakeClock in tests).
+        run_ahead: Whether one full batch may be handed to ``fn`` while every slot
+            is busy, to wait there for the running one (default: for plain
+            functions, whose thread pool queues it; set it for an async ``fn``
+            that queues it itself, like a worker pool).
         **settings: Fields of :class:`~microbatch.config.BatchConfig`.
     """
 
@@ -72,6 +76,7 @@ class Batcher(Generic[T, R]):
         config: BatchConfig | None = None,
         *,
         clock: Clock | None = None,
+        run_ahead: bool | None = None,
         **settings: Any,
     ) -> None:
         self.config = config if config is not None else BatchConfig(**settings)
@@ -80,6 +85,7 @@ class Batcher(Generic[T, R]):
         self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._rows = row_format(self.config)
         self._is_async = is_async_callable(fn)
+        self._run_ahead = not self._is_async if run_ahead is None else run_ahead
         if self._rows is not None:
             fn = merged_async(fn, self._rows) if self._is_async else merged(fn, self._rows)  # type: ignore[arg-type]
         self._fn = fn
@@ -270,16 +276,14 @@ class Batcher(Generic[T, R]):
             now = None
 
     def _may_run_ahead(self) -> bool:
-        """Whether a full batch may wait in the thread pool for the running one.
+        """Whether a full batch may be handed over to wait for the running one.
 
-        A thread that finishes a batch then starts the next at once, instead of
-        waiting for the event loop (and the GIL) to hand it over: this keeps a
-        saturated model busy back to back.
+        A thread (or worker) that finishes a batch then starts the next at once,
+        instead of waiting for the event loop (and the GIL) to hand it over: this
+        keeps a saturated model busy back to back.
         """
         return (
-            not self._is_async
-            and not self._ahead
-            and self._state.size >= self.config.max_batch_size
+            self._run_ahead and not self._ahead and self._state.size >= self.config.max_batch_size
         )
 
     def _wake_at(self, at: float) -> None:

@@ -167,3 +167,20 @@ async def test_stats_and_readiness_follow_the_workers() -> None:
     assert not service.ready and service.draining
     with pytest.raises(BatcherClosed):
         await service.submit(1)
+
+
+async def test_a_batch_queued_behind_a_killed_one_runs_on_the_next_worker() -> None:
+    # Full batches of 2: the second waits in the worker's pipe while the first runs.
+    settings = batching(max_batch_size=2, max_latency_ms=1000, policy="fixed")
+    stage = Stage(Slow, batching=settings, args=(0.4,))
+    async with Service(stage) as service:
+        (victim,) = service.pools[0].pids
+        running = [asyncio.create_task(service.submit(i)) for i in range(2)]
+        await asyncio.sleep(0)
+        queued = [asyncio.create_task(service.submit(i)) for i in range(2, 4)]
+        await asyncio.sleep(0.2)
+        os.kill(victim, signal.SIGKILL)
+        died = await asyncio.gather(*running, return_exceptions=True)
+        ran = await asyncio.gather(*queued)
+    assert all(isinstance(r, WorkerDied) for r in died)
+    assert [r[0] for r in ran] == [2, 3] and all(r[1] != victim for r in ran)

@@ -1,9 +1,13 @@
 """A stage's worker processes, driven from the event loop without polling.
 
 Each worker has a duplex pipe; the loop watches the pipe (``add_reader``) for
-results and the process sentinel for its death. A batch goes to an idle worker;
-when a worker dies, the batch it held is answered :class:`WorkerDied` (or run once
-more elsewhere if the stage is idempotent) and the worker is started again.
+results and the process sentinel for its death. A batch goes to the least busy
+worker — an idle one first; a worker may also hold the next batch in its pipe while
+it runs one, so that it starts the next the moment it finishes, without waiting for
+the serving process. When a worker dies, the batch it was running is answered
+:class:`WorkerDied` (or run once more elsewhere if the stage is idempotent), the
+batches queued behind it (never started) go to another worker, and the worker is
+started again.
 """
 
 from __future__ import annotations
@@ -11,36 +15,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import multiprocessing
-import pickle
-from dataclasses import dataclass
-from multiprocessing.connection import Connection
+from collections import deque
 from multiprocessing.process import BaseProcess
 from typing import Any
 
 from ..errors import RemoteError, StageFailed, WorkerDied
-from .model import WorkerContext
+from .processes import Batch, WorkerHandle, forget, has_data, spawn, stop
 from .stage import Stage
 from .transport import receive, send
-from .worker import READY, SETUP_FAILED, WorkerSpec, worker_main
+from .worker import READY, SETUP_FAILED
 
 __all__ = ["ProcessPool"]
 
-_SPAWN = multiprocessing.get_context("spawn")
-_STOP_GRACE_S = 5.0
+_DEPTH = 2  # batches a worker holds: the one it runs and the next, waiting in its pipe
 _SETUP_BACKOFF_S = (0.1, 0.5, 2.0)  # between setup attempts of one start
 _MAX_RESTART_BACKOFF_S = 60.0  # between starts of a worker whose setups keep failing
-
-
-@dataclass(eq=False)
-class _Worker:
-    index: int
-    process: BaseProcess
-    conn: Connection
-    set_up: asyncio.Future[None]  # the model is built and set up in the process
-    batch: tuple[int, list[Any], asyncio.Future[list[Any]], bool] | None = None
-    alive: bool = True
-    serving: bool = False  # warmed up and handed to the idle queue at least once
 
 
 class ProcessPool:
@@ -52,8 +41,8 @@ class ProcessPool:
 
     def __init__(self, stage: Stage) -> None:
         self.stage = stage
-        self._workers: list[_Worker | None] = [None] * stage.workers
-        self._idle: asyncio.Queue[_Worker | None] = asyncio.Queue()  # None: stage failed
+        self._workers: list[WorkerHandle | None] = [None] * stage.workers
+        self._backlog: deque[Batch] = deque()  # batches waiting for a worker
         self._batch_ids = itertools.count()
         self._restarts = 0
         self._closing = False
@@ -69,7 +58,7 @@ class ProcessPool:
 
     @property
     def alive(self) -> int:
-        """Workers set up and able to take a batch now."""
+        """Workers set up, warmed up and able to take a batch now."""
         return sum(1 for w in self._workers if w is not None and w.alive and w.serving)
 
     @property
@@ -110,43 +99,36 @@ class ProcessPool:
         self._warm_up_items = list(items)
         workers = [w for w in self._workers if w is not None and w.alive]
         outcomes = await asyncio.gather(*(self._warm(w) for w in workers), return_exceptions=True)
+        results: list[list[Any]] = []
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 failure = StageFailed(f"stage {self.stage.name!r}: warm-up failed: {outcome}")
                 self._fail(failure)
                 raise failure from outcome
+            results.append(outcome)
         for worker in workers:
             self._serve(worker)
-        first = outcomes[0] if outcomes else []
-        assert isinstance(first, list)
-        return first
+        return results[0] if results else []
 
     async def run(self, items: list[Any]) -> list[Any]:
-        """Run one batch on an idle worker; return its outcomes.
+        """Run one batch on the least busy worker; return its outcomes.
 
         Never raises for the batch as a whole: a model error is a RemoteError at its
         item's place, and a dead worker or failed stage is every item's outcome, so
         the batcher does not split and run again what may not be run twice.
         """
+        batch = Batch(items, asyncio.get_running_loop().create_future(), self.stage.idempotent)
+        if self._failed is not None:
+            return [self._failed] * len(items)
+        self._backlog.append(batch)
+        self._pump()
         try:
-            worker = await self._idle_worker()
-            return await self._send(worker, items, retry=self.stage.idempotent)
+            return await batch.future
         except (WorkerDied, StageFailed) as exc:
             return [exc] * len(items)
 
-    async def _idle_worker(self) -> _Worker:
-        while True:
-            if self._failed is not None:
-                raise self._failed
-            worker = await self._idle.get()
-            if worker is None:  # the stage failed or closed: tell the next waiter too
-                if self._failed is not None:
-                    self._idle.put_nowait(None)
-            elif worker.alive:
-                return worker
-
     async def close(self) -> None:
-        """Stop the workers: each finishes the batch it holds, then exits; one that
+        """Stop the workers: each finishes the batches it holds, then exits; one that
         does not within a grace period is terminated, then killed."""
         self._closing = True
         self._fail(StageFailed(f"stage {self.stage.name!r} is closed"))
@@ -155,32 +137,121 @@ class ProcessPool:
         loop = asyncio.get_running_loop()
         live = [w for w in self._workers if w is not None and w.alive]
         for worker in live:
-            loop.remove_reader(worker.process.sentinel)  # _stop reaps it now
+            loop.remove_reader(worker.process.sentinel)  # stop() reaps it now
             with contextlib.suppress(OSError):  # already gone: nothing to ask
                 send(worker.conn, None)
-        await asyncio.gather(*(loop.run_in_executor(None, _stop, w.process) for w in live))
+        await asyncio.gather(*(loop.run_in_executor(None, stop, w.process) for w in live))
         for worker in live:
-            while worker.alive and worker.batch is not None and _has_data(worker.conn):
-                self._on_message(worker)  # a result written just before it exited
+            while worker.batches and has_data(worker.conn) and self._take_message(worker):
+                pass  # results written just before it exited
             worker.alive = False
-            if worker.batch is not None:
-                _, _, future, _ = worker.batch
-                worker.batch = None
-                if not future.done():
-                    future.set_exception(
-                        StageFailed(f"stage {self.stage.name!r} closed before the batch finished")
-                    )
-            self._forget(worker)
+            closed = StageFailed(f"stage {self.stage.name!r} closed before the batch finished")
+            for batch in worker.batches.values():
+                _settle(batch.future, closed)
+            worker.batches.clear()
+            forget(worker)
         for process in self._dead:
-            await loop.run_in_executor(None, _stop, process)
+            await loop.run_in_executor(None, stop, process)
         self._dead.clear()
+
+    # -- batches -------------------------------------------------------------------
+
+    def _pump(self) -> None:
+        """Send waiting batches to workers with room, the least busy first."""
+        while self._backlog:
+            worker = self._least_busy()
+            if worker is None:
+                return
+            batch = self._backlog.popleft()
+            if batch.future.done():  # its caller left
+                continue
+            try:
+                self._send(worker, batch)
+            except OSError:  # it died before the batch reached it: another may run it
+                self._backlog.appendleft(batch)
+                self._on_death(worker)
+
+    def _least_busy(self) -> WorkerHandle | None:
+        best: WorkerHandle | None = None
+        for worker in self._workers:
+            if worker is None or not (worker.alive and worker.serving):
+                continue
+            if len(worker.batches) < _DEPTH and (
+                best is None or len(worker.batches) < len(best.batches)
+            ):
+                best = worker
+        return best
+
+    def _send(self, worker: WorkerHandle, batch: Batch) -> None:
+        batch_id = next(self._batch_ids)
+        send(worker.conn, (batch_id, batch.items))
+        worker.batches[batch_id] = batch
+
+    def _on_message(self, worker: WorkerHandle) -> None:
+        if not self._take_message(worker):
+            self._on_death(worker)
+
+    def _take_message(self, worker: WorkerHandle) -> bool:
+        """Read and handle one message; False at the end of the pipe."""
+        try:
+            kind, payload = receive(worker.conn)
+        except (EOFError, OSError):
+            return False
+        if kind == READY:
+            worker.set_up.set_result(None)
+        elif kind == SETUP_FAILED:
+            worker.set_up.set_exception(payload)
+        else:
+            batch = worker.batches.pop(kind, None)
+            if batch is not None:
+                _settle(batch.future, payload)
+            if worker.serving and not self._closing:
+                self._pump()
+        return True
+
+    def _on_death(self, worker: WorkerHandle) -> None:
+        if not worker.alive:
+            return
+        worker.alive = False
+        while worker.batches and has_data(worker.conn) and self._take_message(worker):
+            pass  # results it sent before it died count
+        forget(worker)
+        worker.process.join(0)  # reap it now if it has exited (no zombie)
+        if worker.process.exitcode is None:
+            self._dead.append(worker.process)  # not quite gone yet: reaped at close
+        code = worker.process.exitcode
+        if not worker.set_up.done():
+            worker.set_up.set_exception(WorkerDied(_died_early(code)))
+        held = list(worker.batches.values())
+        worker.batches.clear()
+        died = WorkerDied(
+            f"stage {self.stage.name!r}: worker {worker.index} died (exit code {code})"
+        )
+        if held:
+            running, queued = held[0], held[1:]  # a worker runs its batches in order
+            if running.retry and worker.serving and not self._closing:
+                running.retry = False
+                queued.insert(0, running)
+            else:
+                _settle(running.future, died)
+            if worker.serving:
+                self._backlog.extendleft(reversed(queued))  # never started: run elsewhere
+            else:
+                for batch in queued:
+                    _settle(batch.future, died)
+        if worker.serving and not self._closing:
+            task = asyncio.get_running_loop().create_task(self._restart(worker.index))
+            self._restart_tasks.add(task)
+            task.add_done_callback(self._restart_tasks.discard)
+        self._pump()
 
     # -- workers -------------------------------------------------------------------
 
     async def _start_worker(self, index: int, attempts: int) -> None:
-        errors: list[RemoteError] = []
+        errors: list[Exception] = []
         for attempt in range(attempts):
-            worker = self._spawn(index)
+            worker = spawn(self.stage, index, self._on_message, self._on_death)
+            self._workers[index] = worker
             try:
                 await worker.set_up
                 if self._warm_up_items is not None:  # a restart: warm up, then serve
@@ -190,51 +261,54 @@ class ProcessPool:
             except RemoteError as exc:
                 errors.append(exc)
                 self._stop_quietly(worker)
-            except WorkerDied:
-                pass
+            except WorkerDied as exc:
+                errors.append(exc)
             if attempt + 1 < attempts:
                 await asyncio.sleep(_SETUP_BACKOFF_S[min(attempt, len(_SETUP_BACKOFF_S) - 1)])
         cause = f": {errors[-1]}" if errors else ""
-        failure = StageFailed(
+        raise StageFailed(
             f"stage {self.stage.name!r}: worker {index} died {attempts} times in setup{cause}"
         )
-        raise failure
 
-    async def _warm(self, worker: _Worker) -> list[Any]:
+    async def _warm(self, worker: WorkerHandle) -> list[Any]:
         """Run the warm-up items on ``worker``; an item's error fails the warm-up."""
         items = self._warm_up_items or []
         if not items:
             return []
-        outcomes = await self._send(worker, items, retry=False)
+        batch = Batch(items, asyncio.get_running_loop().create_future(), retry=False)
+        try:
+            self._send(worker, batch)
+        except OSError:
+            raise WorkerDied(f"stage {self.stage.name!r}: worker {worker.index} died") from None
+        outcomes = await batch.future
         for item, outcome in zip(items, outcomes, strict=True):
-            if isinstance(outcome, BaseException):
-                if isinstance(outcome, RemoteError):
-                    raise RemoteError(
-                        outcome.type_name,
-                        f"warm-up item {item!r:.80} failed: {outcome.message}",
-                        outcome.traceback_text,
-                    )
-                raise outcome
+            if isinstance(outcome, RemoteError):
+                raise RemoteError(
+                    outcome.type_name,
+                    f"warm-up item {item!r:.80} failed: {outcome.message}",
+                    outcome.traceback_text,
+                )
         return outcomes
 
-    def _serve(self, worker: _Worker) -> None:
+    def _serve(self, worker: WorkerHandle) -> None:
         if worker.alive and not worker.serving and not self._closing:
             worker.serving = True
-            self._idle.put_nowait(worker)
+            self._pump()
 
-    def _stop_quietly(self, worker: _Worker) -> None:
+    def _stop_quietly(self, worker: WorkerHandle) -> None:
         """Stop a worker that failed to set up or warm up (no restart, no WorkerDied)."""
         if worker.alive:
             worker.alive = False
-            self._forget(worker)
+            forget(worker)
             worker.process.kill()
             self._dead.append(worker.process)
 
     def _fail(self, failure: StageFailed) -> None:
-        """From now on every run fails fast with ``failure``, waiting ones included."""
+        """From now on every run fails fast with ``failure``; so do the waiting ones."""
         if self._failed is None:
             self._failed = failure
-            self._idle.put_nowait(None)
+        while self._backlog:
+            _settle(self._backlog.popleft().future, failure)
 
     async def _restart(self, index: int) -> None:
         """Start worker ``index`` again; while its setup keeps failing, try again
@@ -251,129 +325,25 @@ class ProcessPool:
                 pause = min(2 * pause, _MAX_RESTART_BACKOFF_S)
             else:
                 if not self._closing:
-                    self._failed = None  # serving again; its None marker is skipped
+                    self._failed = None  # serving again
                 return
 
-    def _spawn(self, index: int) -> _Worker:
-        loop = asyncio.get_running_loop()
-        parent, child = _SPAWN.Pipe(duplex=True)
-        spec = WorkerSpec(
-            self.stage.model,
-            self.stage.args,
-            dict(self.stage.kwargs),
-            WorkerContext(self.stage.name, index),
-            self.stage.config.isolate_errors,
-            self.stage.env_for(index),
-            self.stage.cpus_for(index),
+
+def _settle(future: asyncio.Future[list[Any]], outcome: list[Any] | BaseException) -> None:
+    if future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
+def _died_early(code: int | None) -> str:
+    hint = ""
+    if code == 1:
+        hint = (
+            " - if it printed a RuntimeError about bootstrapping, the main script starts"
+            " the service when imported: workers are spawned and import the main module,"
+            " so guard it with `if __name__ == '__main__':`"
         )
-        process = _SPAWN.Process(
-            target=worker_main,
-            args=(child, pickle.dumps(spec, protocol=5)),
-            name=f"microbatch-{self.stage.name}-{index}",
-            daemon=True,
-        )
-        process.start()
-        child.close()
-        worker = _Worker(index, process, parent, loop.create_future())
-        self._workers[index] = worker
-        loop.add_reader(parent.fileno(), self._on_message, worker)
-        loop.add_reader(process.sentinel, self._on_death, worker)
-        return worker
-
-    def _on_message(self, worker: _Worker) -> None:
-        try:
-            kind, payload = receive(worker.conn)
-        except (EOFError, OSError):
-            self._on_death(worker)
-            return
-        if kind == READY:
-            worker.set_up.set_result(None)
-        elif kind == SETUP_FAILED:
-            worker.set_up.set_exception(payload)
-        elif worker.batch is not None and worker.batch[0] == kind:
-            _, _, future, _ = worker.batch
-            worker.batch = None
-            if not future.done():
-                future.set_result(payload)
-            if worker.serving and worker.alive and not self._closing:
-                self._idle.put_nowait(worker)
-
-    def _on_death(self, worker: _Worker) -> None:
-        if not worker.alive:
-            return
-        worker.alive = False
-        self._forget(worker)
-        worker.process.join(0)  # reap it now if it has exited (no zombie)
-        if worker.process.exitcode is None:
-            self._dead.append(worker.process)  # not quite gone yet: reaped at close
-        code = worker.process.exitcode
-        if not worker.set_up.done():
-            worker.set_up.set_exception(WorkerDied(f"worker died in setup (exit code {code})"))
-        if worker.batch is not None:
-            _, items, future, retry = worker.batch
-            worker.batch = None
-            if retry and not self._closing:
-                task = asyncio.get_running_loop().create_task(self._retry(items, future))
-                self._restart_tasks.add(task)
-                task.add_done_callback(self._restart_tasks.discard)
-            elif not future.done():
-                future.set_exception(
-                    WorkerDied(
-                        f"stage {self.stage.name!r}: worker {worker.index} died (exit code {code})"
-                    )
-                )
-        if worker.serving and not self._closing:
-            task = asyncio.get_running_loop().create_task(self._restart(worker.index))
-            self._restart_tasks.add(task)
-            task.add_done_callback(self._restart_tasks.discard)
-
-    async def _retry(self, items: list[Any], future: asyncio.Future[list[Any]]) -> None:
-        try:
-            worker = await self._idle_worker()
-            outcome = await self._send(worker, items, retry=False)
-        except BaseException as exc:
-            if not future.done():
-                future.set_exception(exc)
-        else:
-            if not future.done():
-                future.set_result(outcome)
-
-    async def _send(self, worker: _Worker, items: list[Any], retry: bool) -> list[Any]:
-        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
-        batch_id = next(self._batch_ids)
-        try:
-            send(worker.conn, (batch_id, items))
-        except OSError:  # it died before the batch reached it: another worker may run it
-            self._on_death(worker)
-            if not worker.serving:  # warming up: this worker's start failed
-                raise WorkerDied(f"stage {self.stage.name!r}: worker {worker.index} died") from None
-            return await self._send(await self._idle_worker(), items, retry)
-        worker.batch = (batch_id, items, future, retry)
-        return await future
-
-    def _forget(self, worker: _Worker) -> None:
-        """Stop watching a worker's pipe and sentinel, and close its pipe."""
-        if worker.conn.closed:
-            return
-        loop = asyncio.get_running_loop()
-        loop.remove_reader(worker.conn.fileno())
-        loop.remove_reader(worker.process.sentinel)
-        worker.conn.close()
-
-
-def _stop(process: BaseProcess) -> None:
-    """Wait for a worker to exit; terminate, then kill, if it does not."""
-    process.join(_STOP_GRACE_S)
-    if process.is_alive():
-        process.terminate()
-        process.join(_STOP_GRACE_S)
-    if process.is_alive():
-        process.kill()
-        process.join()
-
-
-def _has_data(conn: Connection) -> bool:
-    try:
-        return conn.poll(0)
-    except (OSError, EOFError):
-        return False
+    return f"worker died before its model was set up (exit code {code}){hint}"

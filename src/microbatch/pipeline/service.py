@@ -110,7 +110,9 @@ class Service:
             ThreadPool(stage) if stage.mode == "thread" else ProcessPool(stage) for stage in stages
         ]
         self._batchers: list[Batcher[Any, Any]] = [
-            Batcher(pool.run, stage.config) for pool, stage in zip(self._pools, stages, strict=True)
+            # A full batch may wait at a worker for the running one (workers queue it).
+            Batcher(pool.run, stage.config, run_ahead=True)
+            for pool, stage in zip(self._pools, stages, strict=True)
         ]
         self._in_flight = 0
         self._started = False
