@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from microbatch.pipeline import Model, WorkerContext
 
@@ -122,3 +122,13 @@ class Flaky(Model):
             ValueError(f"unlucky {x}") if hash((self.salt, x)) % self.one_in == 0 else x + 1
             for x in batch
         ]
+
+
+class Recorder(Model):
+    """Remembers every item it computed (run it as a thread stage to read ``seen``)."""
+
+    seen: ClassVar[list[Any]] = []
+
+    def predict(self, batch: list[Any]) -> list[Any]:
+        Recorder.seen.extend(batch)
+        return batch

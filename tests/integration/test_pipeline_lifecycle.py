@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from microbatch import BatchConfig, BatcherClosed
+from microbatch import BatchConfig, BatcherClosed, DeadlineExceeded
 from microbatch.errors import RemoteError, StageFailed
 from microbatch.pipeline import Model, Service, Stage
 from tests.integration.pipeline_models import (
@@ -261,3 +261,21 @@ async def test_a_model_the_worker_cannot_import_is_a_setup_failure_with_the_reas
     with pytest.raises(StageFailed, match=r"ModuleNotFoundError.*vanishing_model"):
         await Service(stage).start()
     assert not children()
+
+
+async def test_items_whose_callers_left_are_not_computed_by_the_next_stage() -> None:
+    from tests.integration.pipeline_models import Recorder
+
+    Recorder.seen = []
+    first = Stage(Slow, batching=batching(max_latency_ms=0), args=(0.2,))
+    async with Service(first, Stage(Recorder, mode="thread")) as service:
+        calls = [asyncio.create_task(service.submit(i, timeout_s=5)) for i in range(6)]
+        await asyncio.sleep(0.05)  # all six are in the first stage now
+        for i in (1, 3, 5):
+            calls[i].cancel()
+        late = asyncio.create_task(service.submit(6, timeout_s=0.1))
+        outcomes = await asyncio.gather(*calls, late, return_exceptions=True)
+    assert [o[0] for i, o in enumerate(outcomes[:6]) if i % 2 == 0] == [0, 2, 4]
+    assert all(isinstance(outcomes[i], asyncio.CancelledError) for i in (1, 3, 5))
+    assert isinstance(outcomes[6], DeadlineExceeded)
+    assert sorted(item[0] for item in Recorder.seen) == [0, 2, 4]
