@@ -21,7 +21,7 @@ from typing import Any, Generic, TypeVar
 from .clock import Clock, MonotonicClock, Timer
 from .config import BatchConfig
 from .errors import BatcherClosed, DeadlineExceeded, ItemTooLarge, MicrobatchError, Overloaded
-from .execution import is_async_callable, run_batch, run_batch_async
+from .execution import is_async_callable, run_batch, run_batch_async, settle
 from .merge import merged, merged_async, row_format, split_rows
 from .pending import Pending, PendingQueue
 from .policy import make_policy
@@ -155,7 +155,7 @@ class Batcher(Generic[T, R]):
         if not drain:
             for entry in list(self._queue):
                 self._drop(entry)
-                _settle(entry.future, BatcherClosed("the batcher closed before this item ran"))
+                settle(entry.future, BatcherClosed("the batcher closed before this item ran"))
         if self._loop_ref is not None and self._loop_ref() is asyncio.get_running_loop():
             self._dispatch()
         if self._batches_running:
@@ -368,7 +368,7 @@ class Batcher(Generic[T, R]):
 
     def _abort(self, batch: list[_Entry], error: BaseException) -> None:
         for entry in batch:
-            _settle(entry.future, MicrobatchError(f"the batch was aborted: {error!r}"))
+            settle(entry.future, MicrobatchError(f"the batch was aborted: {error!r}"))
 
     def _batch_done(self, batch: list[_Entry]) -> None:
         """Free the batch's slot, whatever happened to it, and release what is next."""
@@ -411,15 +411,6 @@ class Batcher(Generic[T, R]):
 
 def _wanted(live: list[_Entry]) -> Callable[[int], bool]:
     return lambda index: not live[index].future.done()
-
-
-def _settle(future: asyncio.Future[Any], outcome: object) -> None:
-    if future.done():
-        return
-    if isinstance(outcome, BaseException):
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
 
 
 def _checked_size(size: int, config: BatchConfig) -> int:

@@ -7,13 +7,14 @@ asyncio and the thread batcher drive it with an ``await`` or a plain call.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any
 
 from .errors import ResultLengthError
 
-__all__ = ["execution_plan", "is_async_callable", "run_batch", "run_batch_async"]
+__all__ = ["execution_plan", "is_async_callable", "run_batch", "run_batch_async", "settle"]
 
 Span = tuple[int, int]
 Plan = Generator[Span, object, list[Any]]
@@ -180,3 +181,14 @@ def is_async_callable(fn: object) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None)  # noqa: B004 - an object with an async __call__
     )
+
+
+def settle(future: asyncio.Future[Any], outcome: object) -> None:
+    """Give ``future`` its outcome (an exception instance is its error), unless it is
+    done already (its caller left, or it was settled first)."""
+    if future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)

@@ -20,6 +20,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from ..errors import RemoteError, StageFailed, WorkerDied
+from ..execution import settle
 from .processes import Batch, WorkerHandle, forget, has_data, spawn, stop
 from .stage import Stage
 from .transport import receive, send
@@ -147,7 +148,7 @@ class ProcessPool:
             worker.alive = False
             closed = StageFailed(f"stage {self.stage.name!r} closed before the batch finished")
             for batch in worker.batches.values():
-                _settle(batch.future, closed)
+                settle(batch.future, closed)
             worker.batches.clear()
             forget(worker)
         for process in self._dead:
@@ -204,7 +205,7 @@ class ProcessPool:
         else:
             batch = worker.batches.pop(kind, None)
             if batch is not None:
-                _settle(batch.future, payload)
+                settle(batch.future, payload)
             if worker.serving and not self._closing:
                 self._pump()
         return True
@@ -233,12 +234,12 @@ class ProcessPool:
                 running.retry = False
                 queued.insert(0, running)
             else:
-                _settle(running.future, died)
+                settle(running.future, died)
             if worker.serving:
                 self._backlog.extendleft(reversed(queued))  # never started: run elsewhere
             else:
                 for batch in queued:
-                    _settle(batch.future, died)
+                    settle(batch.future, died)
         if worker.serving and not self._closing:
             task = asyncio.get_running_loop().create_task(self._restart(worker.index))
             self._restart_tasks.add(task)
@@ -308,7 +309,7 @@ class ProcessPool:
         if self._failed is None:
             self._failed = failure
         while self._backlog:
-            _settle(self._backlog.popleft().future, failure)
+            settle(self._backlog.popleft().future, failure)
 
     async def _restart(self, index: int) -> None:
         """Start worker ``index`` again; while its setup keeps failing, try again
@@ -327,15 +328,6 @@ class ProcessPool:
                 if not self._closing:
                     self._failed = None  # serving again
                 return
-
-
-def _settle(future: asyncio.Future[list[Any]], outcome: list[Any] | BaseException) -> None:
-    if future.done():
-        return
-    if isinstance(outcome, BaseException):
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
 
 
 def _died_early(code: int | None) -> str:
