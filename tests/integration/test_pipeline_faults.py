@@ -8,7 +8,10 @@ import asyncio
 import os
 import random
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -126,3 +129,33 @@ async def test_kill_storm_through_three_stages_answers_everyone(idempotent_middl
     after = check(list(zip(xs, fresh, strict=True)))
     assert after["ok"] + after["item error"] == 200
     assert not children()
+
+
+def test_workers_exit_when_the_serving_process_is_killed() -> None:
+    root = Path(__file__).resolve().parents[2]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.serve_forever"],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        pids = [int(pid) for pid in server.stdout.readline().split()]
+        assert len(pids) == 2
+    finally:
+        server.kill()
+        server.wait(timeout=10)
+    deadline = time.monotonic() + 10  # a hang guard, not a timing claim
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(pid) for pid in pids)  # the pipe closed: they left on their own
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for init to reap it counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
