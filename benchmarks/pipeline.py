@@ -147,7 +147,7 @@ def pipe_echo(conn: Connection, inband: bool) -> None:
 
 def shm_fresh_echo(conn: Connection) -> None:
     """Child: for each (name, shape, dtype), copy the array into a new segment, send its name."""
-    while (message := conn.recv()) is not None:
+    while (message := receive(conn)) is not None:
         name, shape, dtype = message
         incoming = SharedMemory(name=name)
         source = np.ndarray(shape, dtype, buffer=incoming.buf)
@@ -155,19 +155,19 @@ def shm_fresh_echo(conn: Connection) -> None:
         np.copyto(np.ndarray(shape, dtype, buffer=out.buf), source)
         del source
         incoming.close()
-        conn.send((out.name, shape, dtype))
+        send(conn, (out.name, shape, dtype))
         out.close()  # the parent unlinks it once read (spawned children share one tracker)
 
 
 def shm_reused_echo(conn: Connection, in_name: str, out_name: str) -> None:
     """Child: for each (shape, dtype), copy the in-slot into the out-slot and reply."""
     incoming, out = SharedMemory(name=in_name), SharedMemory(name=out_name)
-    while (message := conn.recv()) is not None:
+    while (message := receive(conn)) is not None:
         shape, dtype = message
         np.copyto(
             np.ndarray(shape, dtype, buffer=out.buf), np.ndarray(shape, dtype, buffer=incoming.buf)
         )
-        conn.send(message)
+        send(conn, message)
     incoming.close()
     out.close()
 
@@ -189,7 +189,7 @@ def child(target: Callable[..., None], *args: Any) -> Iterator[Connection]:
         yield parent
     finally:
         with suppress(OSError):  # the child is gone already
-            parent.send_bytes(_HEAD.pack(0) + pickle.dumps(None, protocol=5))
+            send(parent, None)
         process.join(5)
         if process.is_alive():
             process.kill()
@@ -342,8 +342,8 @@ def shm_fresh_trip(conn: Connection, array: np.ndarray) -> np.ndarray:
     segment = SharedMemory(create=True, size=array.nbytes)
     try:
         np.copyto(np.ndarray(array.shape, array.dtype, buffer=segment.buf), array)
-        conn.send((segment.name, array.shape, array.dtype.str))
-        name, shape, dtype = conn.recv()
+        send(conn, (segment.name, array.shape, array.dtype.str))
+        name, shape, dtype = receive(conn)
         reply = SharedMemory(name=name)
         result = np.ndarray(shape, dtype, buffer=reply.buf).copy()
         reply.close()
@@ -360,8 +360,8 @@ def shm_reused_trip(
     """Copy into the in-slot; the child copies into the out-slot; copy the result out."""
     incoming, out = slots
     np.copyto(np.ndarray(array.shape, array.dtype, buffer=incoming.buf), array)
-    conn.send((array.shape, array.dtype.str))
-    shape, dtype = conn.recv()
+    send(conn, (array.shape, array.dtype.str))
+    shape, dtype = receive(conn)
     return np.ndarray(shape, dtype, buffer=out.buf).copy()
 
 
