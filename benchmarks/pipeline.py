@@ -29,7 +29,17 @@ Writes ``benchmarks/results/pipeline.json``. Timings on a shared machine are noi
 the ratios within one run are what count.
 """
 
+# ruff: noqa: E402  (imports follow the sys.path fix below)
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# ``benchmarks/http.py`` is named like the standard library's ``http`` package, and
+# Python puts a script's folder first on sys.path (spawned workers inherit it): drop
+# it, or ``import http.client`` (mpservice, urllib) finds the wrong file.
+HERE = Path(__file__).resolve().parent
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != HERE]
 
 import argparse
 import asyncio
@@ -47,7 +57,6 @@ from contextlib import contextmanager, suppress
 from multiprocessing import get_context
 from multiprocessing.connection import Connection
 from multiprocessing.shared_memory import SharedMemory
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -60,10 +69,11 @@ from microbatch.pipeline.transport import receive, send
 try:
     from mpservice import mpserver
     from mpservice.multiprocessing import MP_SPAWN_CTX
-except ImportError:  # the table then has no mpservice column
+except ImportError as error:  # the table then has no mpservice rows
+    print(f"(mpservice not importable: {error})", file=sys.stderr)
     mpserver = None
 
-RESULTS = Path(__file__).parent / "results" / "pipeline.json"
+RESULTS = HERE / "results" / "pipeline.json"
 BATCH = 64
 LATENCY_MS = 10.0
 SPAWN = get_context("spawn")
