@@ -1,0 +1,619 @@
+"""HTTP serving side by side (issue 4): microbatch, MOSEC, LitServe, FastAPI without batching.
+
+One command (creates the virtualenvs under ``benchmarks/.venvs/`` when missing)::
+
+    python3 benchmarks/http.py                       # everything: ~25 min
+    python3 benchmarks/http.py --duration 3 --warmup 1 --contenders mosec fastapi
+
+Needs ``wrk`` (``apt-get install -y wrk``) and, for the plot, matplotlib in the
+interpreter that runs this script (``.venv-bench/bin/pip install matplotlib``; the
+plot is skipped without it). Load goes only to 127.0.0.1; every server is started
+in its own process group and stopped by that group's id.
+
+For each workload (``sim``: simulated accelerator; ``numpy``: one 256x256 float32
+layer, BLAS pinned to 1 thread) and each contender, one server is started, checked
+for correctness (concurrent distinct inputs, every ``y == 2x``), then driven by
+``wrk`` in closed loop at each connection level: a warm-up, then the measured run.
+The model counts its batches into a file, which gives the mean batch size. Every
+contender has one model worker, max batch 64 and a 10 ms wait (see
+``benchmarks/servers/`` for exactly what each one gets).
+
+Writes ``benchmarks/results/http.json``, ``http.md`` and ``http.png``. Timings on a
+shared machine are noisy: compare the ratios within one run.
+"""
+
+# ruff: noqa: E402  (imports follow the sys.path fix below)
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# This file is named like the standard library's ``http`` package, and Python puts a
+# script's folder first on sys.path: drop it so ``urllib`` and ``http.client`` resolve.
+HERE = Path(__file__).resolve().parent
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != HERE]
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from typing import Any
+
+ROOT = HERE.parent
+SERVERS = HERE / "servers"
+VENVS = HERE / ".venvs"
+RESULTS = HERE / "results"
+sys.path.insert(0, str(SERVERS))
+from workloads import MAX_BATCH, MAX_WAIT_MS, WIDTH, read_counter
+
+LEVELS = [1, 16, 64, 256]
+READY_TIMEOUT_S = 180.0
+SERVING_LINE = "microbatch serving on http://127.0.0.1:"
+SINGLE_THREAD_BLAS = {
+    name: "1"
+    for name in (
+        "OPENBLAS_NUM_THREADS",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+    )
+}
+
+
+@dataclass(frozen=True)
+class Contender:
+    """A server under test: how to install it, start it, and reach it."""
+
+    name: str
+    packages: tuple[str, ...]
+    predict_path: str
+    health_path: str
+    settings: str  # what it got, for the report
+
+    @property
+    def venv(self) -> Path:
+        return VENVS / self.name
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    def command(self, port: int) -> list[str]:
+        """The server's argv (``port`` 0 for microbatch: it reports the port it got)."""
+        if self.name == "microbatch":
+            return [
+                str(self.venv / "bin" / "microbatch"),
+                "serve",
+                "microbatch_server:service",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+            ]
+        script = str(SERVERS / f"{self.name}_server.py")
+        if self.name == "mosec":
+            return [str(self.python), script, "--address", "127.0.0.1", "--port", str(port)]
+        return [str(self.python), script, str(port)]
+
+
+CONTENDERS = {
+    c.name: c
+    for c in (
+        Contender(
+            "microbatch",
+            ("-e", f"{ROOT}[http]", "numpy"),
+            "/predict",
+            "/health/ready",
+            "Service, 1 process Stage, BatchConfig(max_batch_size=64, max_latency_ms=10), "
+            "adaptive policy",
+        ),
+        Contender(
+            "mosec",
+            ("mosec", "numpy"),
+            "/inference",
+            "/",
+            "append_worker(num=1, max_batch_size=64, max_wait_time=10 ms)",
+        ),
+        Contender(
+            "litserve",
+            ("litserve", "numpy"),
+            "/predict",
+            "/health",
+            "LitAPI(max_batch_size=64, batch_timeout=0.01), workers_per_device=1, cpu",
+        ),
+        Contender(
+            "fastapi",
+            ("fastapi", "uvicorn[standard]", "numpy"),
+            "/predict",
+            "/health",
+            "no batching; sync endpoint, one model call at a time (a lock), 1 uvicorn worker",
+        ),
+    )
+}
+
+
+# -- virtualenvs ---------------------------------------------------------------------
+
+
+def ensure_venv(contender: Contender) -> None:
+    """Create ``benchmarks/.venvs/NAME`` and install the contender, unless done before."""
+    marker = contender.venv / ".installed"
+    wanted = " ".join(contender.packages)
+    if marker.exists() and marker.read_text() == wanted:
+        return
+    print(f"[{contender.name}] creating {contender.venv}", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(contender.venv)], check=True)
+    pip = [str(contender.python), "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, "--upgrade", "pip"], check=True)
+    subprocess.run([*pip, *contender.packages], check=True)
+    marker.write_text(wanted)
+
+
+def versions(contender: Contender) -> str:
+    """Versions of the packages that matter, for the report."""
+    out = subprocess.run(
+        [str(contender.python), "-m", "pip", "list", "--format", "freeze"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    keep = ("microbatch", "mosec", "litserve", "fastapi", "uvicorn", "numpy")
+    return ", ".join(line for line in out.splitlines() if line.lower().startswith(keep))
+
+
+def microbatch_serve_available(contender: Contender) -> bool:
+    """Whether this checkout has ``microbatch serve`` (it lands with issue 4)."""
+    probe = subprocess.run(
+        [str(contender.venv / "bin" / "microbatch"), "serve", "--help"],
+        capture_output=True,
+        text=True,
+    )
+    return probe.returncode == 0
+
+
+# -- servers -------------------------------------------------------------------------
+
+
+@dataclass
+class Running:
+    """A started server: its process (a group leader), URL base and log file."""
+
+    process: subprocess.Popen[str]
+    base: str
+    log: Path
+
+
+def free_port() -> int:
+    """A port that was free a moment ago on 127.0.0.1."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def serving(contender: Contender, workload: str, counter: Path, logs: Path) -> Iterator[Running]:
+    """Start the server, wait until its health URL answers 200, stop it on exit."""
+    port = free_port()
+    env = {
+        **os.environ,
+        **SINGLE_THREAD_BLAS,
+        "BENCH_WORKLOAD": workload,
+        "BENCH_COUNTER_FILE": str(counter),
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("VIRTUAL_ENV", None)
+    log = logs / f"{contender.name}-{workload}.log"
+    with open(log, "w") as sink:
+        process = subprocess.Popen(
+            contender.command(port),
+            cwd=SERVERS,
+            env=env,
+            stdout=subprocess.PIPE if contender.name == "microbatch" else sink,
+            stderr=sink,
+            text=True,
+            start_new_session=True,  # its own process group: stopped as one, by our pid
+        )
+    try:
+        if contender.name == "microbatch":
+            port = _announced_port(process, log)
+        running = Running(process, f"http://127.0.0.1:{port}", log)
+        _wait_ready(running, contender.health_path)
+        yield running
+    finally:
+        stop(process)
+
+
+def _announced_port(process: subprocess.Popen[str], log: Path) -> int:
+    """Read stdout until the ``microbatch serving on`` line; copy the rest to the log."""
+    assert process.stdout is not None
+    found: list[int] = []
+    announced = threading.Event()
+
+    def pump() -> None:
+        assert process.stdout is not None
+        with open(log, "a") as sink:
+            for line in process.stdout:
+                sink.write(line)
+                sink.flush()
+                if not found and line.startswith(SERVING_LINE):
+                    found.append(int(line[len(SERVING_LINE) :].strip().split("/")[0]))
+                    announced.set()
+        announced.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    if not announced.wait(READY_TIMEOUT_S) or not found:
+        raise RuntimeError(f"microbatch serve did not announce its port; see {log}")
+    return found[0]
+
+
+def _wait_ready(running: Running, health_path: str) -> None:
+    """Ask the health URL until it answers 200 (the harness may poll; the servers don't)."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if running.process.poll() is not None:
+            raise RuntimeError(
+                f"the server exited ({running.process.returncode}); see {running.log}"
+            )
+        try:
+            with urllib.request.urlopen(running.base + health_path, timeout=2) as reply:
+                if reply.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"not ready after {READY_TIMEOUT_S:.0f} s; see {running.log}")
+
+
+def stop(process: subprocess.Popen[str]) -> None:
+    """SIGTERM the server's process group, then SIGKILL it if still there after 10 s."""
+    if process.poll() is None:
+        with suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        with suppress(subprocess.TimeoutExpired):
+            process.wait(10)
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)  # workers left behind by the leader
+    process.wait()
+
+
+# -- load ----------------------------------------------------------------------------
+
+LUA_SIM = """
+local counter = 0
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+request = function()
+  counter = counter + 1
+  return wrk.format(nil, nil, nil, '{"x": ' .. (counter + 0.5) .. '}')
+end
+"""
+
+LUA_STATIC = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = '%s'
+"""
+
+LUA_DONE = """
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'WRKJSON {"requests": %d, "duration_us": %d, "non2xx": %d, "connect": %d, ' ..
+    '"read": %d, "write": %d, "timeout": %d, "p50_us": %d, "p99_us": %d, ' ..
+    '"mean_us": %.1f, "max_us": %d}\\n',
+    summary.requests, summary.duration, e.status, e.connect, e.read, e.write, e.timeout,
+    latency:percentile(50), latency:percentile(99), latency.mean, latency.max))
+end
+"""
+
+
+def lua_script(workload: str, directory: Path) -> Path:
+    """The wrk script for a workload: distinct ``x`` per request (sim) or a fixed vector."""
+    if workload == "sim":
+        text = LUA_SIM
+    else:
+        vector = json.dumps({"x": [round((i % 17) / 17 - 0.5, 4) for i in range(WIDTH)]})
+        text = LUA_STATIC % vector
+    path = directory / f"{workload}.lua"
+    path.write_text(text + LUA_DONE)
+    return path
+
+
+def run_wrk(url: str, script: Path, connections: int, seconds: float) -> dict[str, Any]:
+    """One closed-loop wrk run; its summary (latencies in us, counts)."""
+    threads = min(2, connections)
+    command = [
+        "wrk",
+        f"-t{threads}",
+        f"-c{connections}",
+        f"-d{max(1, round(seconds))}s",
+        "--timeout",
+        "10s",
+        "-s",
+        str(script),
+        url,
+    ]
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    for line in out.splitlines():
+        if line.startswith("WRKJSON "):
+            summary: dict[str, Any] = json.loads(line[len("WRKJSON ") :])
+            return summary
+    raise RuntimeError(f"wrk printed no summary:\n{out}")
+
+
+def measure(
+    running: Running,
+    contender: Contender,
+    script: Path,
+    counter: Path,
+    connections: int,
+    warmup_s: float,
+    seconds: float,
+) -> dict[str, Any]:
+    """Warm up, then measure one connection level."""
+    url = running.base + contender.predict_path
+    if warmup_s > 0:
+        run_wrk(url, script, connections, warmup_s)
+    before = read_counter(str(counter))
+    summary = run_wrk(url, script, connections, seconds)
+    after = read_counter(str(counter))
+    batches, items = after[0] - before[0], after[1] - before[1]
+    duration_s = summary["duration_us"] / 1e6
+    errors = sum(summary[key] for key in ("connect", "read", "write", "timeout"))
+    return {
+        "connections": connections,
+        "req_per_s": summary["requests"] / duration_s,
+        "p50_ms": summary["p50_us"] / 1e3,
+        "p99_ms": summary["p99_us"] / 1e3,
+        "non2xx": summary["non2xx"],
+        "socket_errors": errors,
+        "mean_batch": items / batches if batches else None,
+    }
+
+
+# -- correctness ---------------------------------------------------------------------
+
+
+def check_correct(running: Running, contender: Contender, workload: str) -> dict[str, Any]:
+    """Concurrent distinct inputs; every reply must be its own (``y == 2x`` for sim)."""
+    host, port = running.base.removeprefix("http://").split(":")
+
+    def client(index: int) -> int:
+        import http.client
+
+        wrong = 0
+        connection = http.client.HTTPConnection(host, int(port), timeout=30)
+        try:
+            for j in range(20):
+                x = index * 1000 + j + 0.25
+                body = {"x": x} if workload == "sim" else {"x": [x / 1e4] * WIDTH}
+                connection.request(
+                    "POST",
+                    contender.predict_path,
+                    json.dumps(body),
+                    {"Content-Type": "application/json"},
+                )
+                reply = connection.getresponse()
+                data = json.loads(reply.read())
+                if reply.status != 200 or not _is_right(workload, x, data):
+                    wrong += 1
+        finally:
+            connection.close()
+        return wrong
+
+    with ThreadPoolExecutor(64) as pool:
+        wrong = sum(pool.map(client, range(64)))
+    return {"requests": 64 * 20, "wrong": wrong}
+
+
+def _is_right(workload: str, x: float, data: Any) -> bool:
+    if workload == "sim":
+        return isinstance(data, dict) and data.get("y") == 2 * x
+    return isinstance(data, dict) and len(data.get("y", ())) == WIDTH
+
+
+# -- one contender, all levels ---------------------------------------------------------
+
+
+def bench_contender(
+    contender: Contender, workload: str, levels: list[int], args: argparse.Namespace, work: Path
+) -> dict[str, Any]:
+    """Start the contender once for a workload: correctness, then every level."""
+    counter = work / f"{contender.name}-{workload}.count"
+    counter.unlink(missing_ok=True)
+    script = lua_script(workload, work)
+    with serving(contender, workload, counter, args.logs) as running:
+        correctness = check_correct(running, contender, workload)
+        print(f"[{contender.name}/{workload}] correctness: {correctness}", flush=True)
+        rows = []
+        for connections in levels:
+            row = measure(
+                running, contender, script, counter, connections, args.warmup, args.duration
+            )
+            rows.append(row)
+            print(
+                f"[{contender.name}/{workload}] c={connections:3d} {row['req_per_s']:8.0f} req/s "
+                f"p50 {row['p50_ms']:7.2f} ms p99 {row['p99_ms']:7.2f} ms "
+                f"non2xx {row['non2xx']} batch {_fmt(row['mean_batch'])}",
+                flush=True,
+            )
+    return {"correctness": correctness, "levels": rows}
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
+
+
+# -- report --------------------------------------------------------------------------
+
+
+def ratios(results: dict[str, Any]) -> dict[str, Any]:
+    """microbatch / peer req/s, per workload and level (when microbatch ran)."""
+    out: dict[str, Any] = {}
+    for workload, by_contender in results.items():
+        mine = by_contender.get("microbatch")
+        if not mine or "levels" not in mine:
+            continue
+        for peer, data in by_contender.items():
+            if peer == "microbatch" or "levels" not in data:
+                continue
+            out.setdefault(workload, {})[peer] = {
+                str(a["connections"]): a["req_per_s"] / b["req_per_s"]
+                for a, b in zip(mine["levels"], data["levels"], strict=True)
+            }
+    return out
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The tables of ``http.json`` as markdown."""
+    lines = [
+        "# HTTP serving, side by side",
+        "",
+        f"{report['machine']}; wrk closed loop, {report['duration_s']:g} s per level after "
+        f"{report['warmup_s']:g} s warm-up. Max batch {MAX_BATCH}, wait {MAX_WAIT_MS:g} ms.",
+        "",
+    ]
+    for workload, by_contender in report["results"].items():
+        lines += [
+            f"## Workload `{workload}`",
+            "",
+            "| contender | conns | req/s | p50 ms | p99 ms | non-2xx | socket err | mean batch |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for name, data in by_contender.items():
+            if "levels" not in data:
+                lines.append(f"| {name} | — | {data.get('skipped', 'not run')} | | | | | |")
+                continue
+            for row in data["levels"]:
+                lines.append(
+                    f"| {name} | {row['connections']} | {row['req_per_s']:.0f} | "
+                    f"{row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['non2xx']} | "
+                    f"{row['socket_errors']} | {_fmt(row['mean_batch'])} |"
+                )
+        lines.append("")
+        correct = {
+            name: data["correctness"]
+            for name, data in by_contender.items()
+            if "correctness" in data
+        }
+        lines += [f"Correctness pass: {json.dumps(correct)}", ""]
+        for peer, by_level in report["ratios"].get(workload, {}).items():
+            text = ", ".join(f"{c}: {r:.2f}" for c, r in by_level.items())
+            lines.append(f"- microbatch / {peer} (req/s): {text}")
+        lines.append("")
+    lines += ["## What each contender got", ""]
+    for name, info in report["contenders"].items():
+        lines.append(f"- **{name}**: {info['settings']} ({info['versions']})")
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict[str, Any], path: Path) -> bool:
+    """Throughput and p99 vs connections, one column per workload; False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib not installed: no plot)", file=sys.stderr)
+        return False
+    workloads = list(report["results"])
+    figure, axes = plt.subplots(2, len(workloads), figsize=(6 * len(workloads), 8), squeeze=False)
+    for column, workload in enumerate(workloads):
+        for name, data in report["results"][workload].items():
+            if "levels" not in data:
+                continue
+            conns = [row["connections"] for row in data["levels"]]
+            axes[0][column].plot(
+                conns, [row["req_per_s"] for row in data["levels"]], "o-", label=name
+            )
+            axes[1][column].plot(conns, [row["p99_ms"] for row in data["levels"]], "o-", label=name)
+        axes[0][column].set_title(f"{workload}: throughput")
+        axes[0][column].set_ylabel("requests/s")
+        axes[1][column].set_title(f"{workload}: p99 latency")
+        axes[1][column].set_ylabel("ms")
+        axes[1][column].set_yscale("log")
+        for row_axes in axes:
+            row_axes[column].set_xscale("log", base=2)
+            row_axes[column].set_xlabel("connections")
+            row_axes[column].legend()
+            row_axes[column].grid(True, alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    return True
+
+
+# -- main ----------------------------------------------------------------------------
+
+
+def parse_args() -> argparse.Namespace:
+    """The command line."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
+    parser.add_argument(
+        "--workloads", nargs="+", default=["sim", "numpy"], choices=["sim", "numpy"]
+    )
+    parser.add_argument("--levels", nargs="+", type=int, default=LEVELS, help="connections")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds measured per level")
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up per level")
+    parser.add_argument("--out-dir", type=Path, default=RESULTS)
+    parser.add_argument("--logs", type=Path, default=RESULTS / "logs", help="server logs")
+    return parser.parse_args()
+
+
+def main() -> None:
+    """Install what is missing, run every contender on every workload, write the report."""
+    args = parse_args()
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk not found: apt-get install -y wrk")
+    args.logs.mkdir(parents=True, exist_ok=True)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    contenders = [CONTENDERS[name] for name in args.contenders]
+    info: dict[str, Any] = {}
+    for contender in contenders:
+        ensure_venv(contender)
+        info[contender.name] = {"settings": contender.settings, "versions": versions(contender)}
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-http-") as tmp:
+        for workload in args.workloads:
+            results[workload] = {}
+            for contender in contenders:
+                if contender.name == "microbatch" and not microbatch_serve_available(contender):
+                    print("[microbatch] `microbatch serve` is not in this checkout: skipped")
+                    results[workload][contender.name] = {"skipped": "no `microbatch serve` yet"}
+                    continue
+                results[workload][contender.name] = bench_contender(
+                    contender, workload, args.levels, args, Path(tmp)
+                )
+    report = {
+        "machine": f"{os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"{platform.platform()}",
+        "duration_s": args.duration,
+        "warmup_s": args.warmup,
+        "levels": args.levels,
+        "contenders": info,
+        "results": results,
+    }
+    report["ratios"] = ratios(results)
+    (args.out_dir / "http.json").write_text(json.dumps(report, indent=2) + "\n")
+    (args.out_dir / "http.md").write_text(markdown(report))
+    plotted = plot(report, args.out_dir / "http.png")
+    print(markdown(report))
+    print(f"wrote {args.out_dir}/http.json, http.md" + (", http.png" if plotted else ""))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""LitServe with one inference worker, max batch 64, batch timeout 10 ms.
+
+Run: ``python litserve_server.py PORT``. Endpoint: ``POST /predict``; health:
+``GET /health`` -> 200 once the worker is ready. ``accelerator="cpu"``,
+``workers_per_device=1``; ``batch`` / ``unbatch`` keep lists (no stacking).
+"""
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import litserve as ls
+
+sys.path.insert(0, str(Path(__file__).parent))
+from workloads import MAX_BATCH, MAX_WAIT_MS, load
+
+
+class Model(ls.LitAPI):
+    """Decodes one body, predicts a list of them, encodes one reply."""
+
+    def setup(self, device: str) -> None:
+        self.workload = load()
+
+    # decode_request and encode_response are not annotated on purpose: LitServe turns
+    # their annotations into the endpoint's request and response types.
+    def decode_request(self, request):  # type: ignore[no-untyped-def]
+        return request
+
+    def batch(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return list(inputs)
+
+    def predict(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return self.workload.predict(bodies)
+
+    def unbatch(self, outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return list(outputs)
+
+    def encode_response(self, output):  # type: ignore[no-untyped-def]
+        return output
+
+
+def make_server() -> ls.LitServer:
+    """Batch settings on the API (LitServe >= 0.2.11) or, before that, on the server."""
+    settings = {"max_batch_size": MAX_BATCH, "batch_timeout": MAX_WAIT_MS / 1000}
+    try:
+        api = Model(**settings)
+    except TypeError:
+        return ls.LitServer(Model(), accelerator="cpu", workers_per_device=1, **settings)
+    return ls.LitServer(api, accelerator="cpu", workers_per_device=1)
+
+
+if __name__ == "__main__":
+    make_server().run(port=int(sys.argv[1]), generate_client_file=False)
