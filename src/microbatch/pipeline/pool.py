@@ -198,10 +198,9 @@ class ProcessPool:
             kind, payload = receive(worker.conn)
         except (EOFError, OSError):
             return False
-        if kind == READY:
-            worker.set_up.set_result(None)
-        elif kind == SETUP_FAILED:
-            worker.set_up.set_exception(payload)
+        if kind in (READY, SETUP_FAILED):
+            if not worker.set_up.done():  # cancelled if the pool closed while it started
+                settle(worker.set_up, payload if kind == SETUP_FAILED else None)
         else:
             batch = worker.batches.pop(kind, None)
             if batch is not None:
