@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -34,6 +35,10 @@ class WorkerSpec:
 def worker_main(conn: Connection, spec: WorkerSpec) -> None:
     """Entry point of a worker process. Messages: ``(batch_id, items)`` in,
     ``(batch_id, outcomes)`` out; ``None`` in means stop."""
+    # The serving process owns shutdown: a signal sent to the whole process group
+    # (Ctrl-C in a terminal, a service manager's stop) must not kill a batch midway.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.environ.update(spec.env)
     try:
         model = spec.model(*spec.args, **spec.kwargs)

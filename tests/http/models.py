@@ -1,0 +1,65 @@
+"""Models and batched functions the HTTP tests serve (importable: workers are spawned)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+import microbatch
+from microbatch import BatchConfig, Model, Service, Stage
+
+
+class Point(msgspec.Struct):
+    """A request item with a named field, so a validation error has a path."""
+
+    x: float
+
+
+class Doubled(msgspec.Struct):
+    y: float
+
+
+class Double(Model):
+    """``{"x": x}`` -> ``{"y": 2x}``; x == 13 fails in the model, for that item only."""
+
+    def predict(self, batch: list[Point]) -> list[Doubled]:
+        time.sleep(0.002)
+        if any(point.x == 13 for point in batch):
+            raise ValueError("secret internal detail: /opt/weights/13.bin")
+        return [Doubled(2 * point.x) for point in batch]
+
+
+service = Service(
+    Stage(Double, workers=1, batching=BatchConfig(max_batch_size=32, max_latency_ms=5)),
+    examples=[Point(1.0)],
+)
+
+
+@microbatch.batch(max_batch_size=32, max_latency_ms=2)
+async def double(points: list[Point]) -> list[Doubled]:
+    """The in-process flavour of :class:`Double`; x == 13 raises, x == 7 sleeps 0.5 s."""
+    if any(point.x == 7 for point in points):
+        await asyncio.sleep(0.5)
+    if any(point.x == 13 for point in points):
+        raise ValueError("secret internal detail: /opt/weights/13.bin")
+    return [Doubled(2 * point.x) for point in points]
+
+
+@microbatch.batch(max_batch_size=8, max_latency_ms=1)
+def scale(rows: list[npt.NDArray[np.float32]]) -> list[npt.NDArray[np.float32]]:
+    """A sync function over numpy arrays (runs in a thread)."""
+    return [row * 2 for row in rows]
+
+
+@microbatch.batch(max_batch_size=8)
+async def untyped(items):  # type: ignore[no-untyped-def]
+    return [{"echo": item} for item in items]
+
+
+@microbatch.batch(max_batch_size=8)
+async def unencodable(items: list[int]) -> list[object]:
+    return [object() for _ in items]
