@@ -63,3 +63,30 @@ async def untyped(items):  # type: ignore[no-untyped-def]
 @microbatch.batch(max_batch_size=8)
 async def unencodable(items: list[int]) -> list[object]:
     return [object() for _ in items]
+
+
+class SlowDouble(Model):
+    """:class:`Double` at 0.3 s per batch of at most 8: requests stay in flight a while."""
+
+    def predict(self, batch: list[Point]) -> list[Doubled]:
+        time.sleep(0.3)
+        return [Doubled(2 * point.x) for point in batch]
+
+
+slow_service = Service(
+    Stage(SlowDouble, workers=1, batching=BatchConfig(max_batch_size=8, max_latency_ms=5))
+)
+
+GATE: asyncio.Event | None = None
+"""Set by a test (in its own event loop); :func:`gated` holds every batch until it is set."""
+SEEN: list[int] = []
+"""Every item :func:`gated` has computed."""
+
+
+@microbatch.batch(max_batch_size=1, max_latency_ms=0, max_queue=1)
+async def gated(items: list[int]) -> list[int]:
+    """One item per batch, one batch at a time, one item queued: held until GATE is set."""
+    assert GATE is not None
+    await GATE.wait()
+    SEEN.extend(items)
+    return [item + 1 for item in items]

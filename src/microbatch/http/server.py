@@ -262,6 +262,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="on SIGTERM, longest wait for in-flight requests",
     )
     parser.add_argument(
+        "--header-timeout-s",
+        type=float,
+        default=defaults.header_timeout_s,
+        help="longest time to receive a request's headers (then 408 and close)",
+    )
+    parser.add_argument(
         "--log-level", default=defaults.log_level, choices=["debug", "info", "warning", "error"]
     )
 
@@ -293,6 +299,7 @@ def run_serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         graceful_timeout_s=args.graceful_timeout_s,
+        header_timeout_s=args.header_timeout_s,
         log_level=args.log_level,
     )
     return serve(app, settings)
