@@ -90,3 +90,9 @@ async def gated(items: list[int]) -> list[int]:
     await GATE.wait()
     SEEN.extend(items)
     return [item + 1 for item in items]
+
+
+@microbatch.batch(max_batch_size=32, max_latency_ms=1)
+async def halve(points: list[Point]) -> list[Doubled]:
+    """A model that never fails (for schema fuzzing): ``{"x": x}`` -> ``{"y": x / 2}``."""
+    return [Doubled(point.x / 2) for point in points]

@@ -252,6 +252,7 @@ async def test_404_and_405() -> None:
         wrong_method = await client.get("/predict")
     assert unknown.status_code == 404
     assert wrong_method.status_code == 405
+    assert wrong_method.headers["allow"] == "POST"
 
 
 async def test_numpy_arrays_in_both_codecs_and_bad_arrays_get_422() -> None:

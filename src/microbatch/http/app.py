@@ -153,7 +153,7 @@ class HttpApp:
                 raise NotFound(f"no route {path!r}; see /docs")
             method, handler, protected = route
             if scope["method"] != method:
-                raise MethodNotAllowed(f"{path} takes {method}")
+                raise MethodNotAllowed(f"{path} takes {method}", allow=method)
             if protected and self._expected_authorization is not None:
                 self._authorize(scope)
             status = await handler(scope, receive, send)

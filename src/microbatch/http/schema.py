@@ -49,7 +49,7 @@ def openapi_document(
                 "in": "header",
                 "required": False,
                 "description": "Lower the request's deadline (milliseconds)",
-                "schema": {"type": "integer", "minimum": 1},
+                "schema": {"type": "number", "exclusiveMinimum": 0},
             }
         ],
         "requestBody": {"required": True, "content": content(item)},
@@ -70,20 +70,26 @@ def openapi_document(
         },
         "security": security,
     }
-    plain = {"200": {"description": "OK", "content": {"text/plain": {"schema": {}}}}}
+    status = {
+        "type": "object",
+        "properties": {"status": {"type": "string"}},
+        "required": ["status"],
+    }
+    probe = {"200": {"description": "OK", "content": {"application/json": {"schema": status}}}}
+    text = {"200": {"description": "OK", "content": {"text/plain": {"schema": {"type": "string"}}}}}
     document: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {"title": title, "version": version},
         "paths": {
             "/predict": {"post": predict},
-            "/health/live": {"get": {"summary": "The process is up", "responses": plain}},
+            "/health/live": {"get": {"summary": "The process is up", "responses": probe}},
             "/health/ready": {
                 "get": {
                     "summary": "Ready for traffic",
-                    "responses": {**plain, **errors(("503", "Not ready"))},
+                    "responses": {**probe, **errors(("503", "Not ready"))},
                 }
             },
-            "/metrics": {"get": {"summary": "Prometheus metrics", "responses": plain}},
+            "/metrics": {"get": {"summary": "Prometheus metrics", "responses": text}},
         },
         "components": {"schemas": components},
     }

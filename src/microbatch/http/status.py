@@ -60,9 +60,13 @@ class NotFound(HttpError):
 
 
 class MethodNotAllowed(HttpError):
-    """The route exists but not for this method."""
+    """The route exists but not for this method; ``allow`` names the one it takes."""
 
     http_status = 405
+
+    def __init__(self, message: str, allow: str) -> None:
+        super().__init__(message)
+        self.allow = allow
 
 
 class BodyTooSlow(HttpError):
@@ -138,6 +142,8 @@ def error_reply(error: BaseException) -> ErrorReply:
         headers.append((b"retry-after", str(RETRY_AFTER_S).encode()))
     elif status == 401:
         headers.append((b"www-authenticate", b"Bearer"))
+    elif isinstance(error, MethodNotAllowed):
+        headers.append((b"allow", error.allow.encode()))
     return ErrorReply(status, name, message, headers)
 
 
