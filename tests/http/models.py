@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 import microbatch
-from microbatch import BatchConfig, Model, Service, Stage
+from microbatch import BatchConfig, Model, Service, Stage, WorkerContext
 
 
 class Point(msgspec.Struct):
@@ -96,3 +96,14 @@ async def gated(items: list[int]) -> list[int]:
 async def halve(points: list[Point]) -> list[Doubled]:
     """A model that never fails (for schema fuzzing): ``{"x": x}`` -> ``{"y": x / 2}``."""
     return [Doubled(point.x / 2) for point in points]
+
+
+class NoWeights(Model):
+    def setup(self, worker: WorkerContext) -> None:
+        raise FileNotFoundError("no weights at /nowhere")
+
+    def predict(self, batch: list[int]) -> list[int]:
+        return batch
+
+
+broken_service = Service(Stage(NoWeights, setup_attempts=1))

@@ -3,6 +3,7 @@ an undocumented status, a 5xx, or a body that does not match the schema."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import msgspec
@@ -19,7 +20,32 @@ from .test_server import Server, running
 
 @schemathesis.serializer("application/msgpack")
 def _msgpack(context: object, value: object) -> bytes:
-    return msgspec.msgpack.encode(value)
+    return msgspec.msgpack.encode(value) if _fits(value) else _as_floats(value)
+
+
+def _fits(value: object) -> bool:
+    """msgpack carries integers of at most 64 bits; hypothesis makes bigger ones."""
+    if isinstance(value, bool) or not isinstance(value, (int, list, dict)):
+        return True
+    if isinstance(value, int):
+        return -(2**63) <= value < 2**64
+    items = value.values() if isinstance(value, dict) else value
+    return all(_fits(item) for item in items)
+
+
+def _as_floats(value: object) -> bytes:
+    """Big integers sent as msgpack floats (a JSON Schema number either way)."""
+
+    def convert(item: object) -> object:
+        if isinstance(item, dict):
+            return {key: convert(inner) for key, inner in item.items()}
+        if isinstance(item, list):
+            return [convert(inner) for inner in item]
+        if isinstance(item, int) and not isinstance(item, bool) and not _fits(item):
+            return float(item) if abs(item) < 10**308 else math.copysign(1e308, item)
+        return item
+
+    return msgspec.msgpack.encode(convert(value))
 
 
 schema = schemathesis.openapi.from_dict(app(models.halve).openapi)

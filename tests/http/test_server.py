@@ -171,3 +171,16 @@ def test_a_bad_target_exits_2_with_a_message() -> None:
     )
     assert done.returncode == 2
     assert "nothing_here" in done.stderr
+
+
+def test_a_service_that_cannot_start_exits_non_zero_without_serving() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "microbatch", "serve", "tests.http.models:broken_service"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+    )
+    assert done.returncode != 0
+    assert "microbatch serving on" not in done.stdout
+    assert "no weights at /nowhere" in done.stderr
