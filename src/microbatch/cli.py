@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from . import __version__
 from .decorator import batch
+from .http.server import add_serve_arguments, run_serve
 from .stats import BatcherStats
 
 __all__ = ["main"]
@@ -28,7 +29,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--seconds", type=float, default=3.0, help="length of each run")
     demo.add_argument("--max-batch-size", type=int, default=64)
     demo.add_argument("--max-latency-ms", type=float, default=10.0)
+    add_serve_arguments(
+        commands.add_parser("serve", help="serve a Service or @batch function over HTTP")
+    )
     args = parser.parse_args(argv)
+    if args.command == "serve":
+        return run_serve(args)
     if args.command == "demo":
         run_demo(args.callers, args.threads, args.seconds, args.max_batch_size, args.max_latency_ms)
     return 0

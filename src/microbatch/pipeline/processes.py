@@ -86,11 +86,9 @@ def forget(worker: WorkerHandle) -> None:
 
 
 def stop(process: BaseProcess) -> None:
-    """Wait for a worker to exit; terminate, then kill, if it does not (blocking)."""
+    """Wait for a worker to exit; kill it if it does not (blocking). Workers ignore
+    SIGTERM (a group-wide stop must not cut a batch), so there is no terminate step."""
     process.join(_STOP_GRACE_S)
-    if process.is_alive():
-        process.terminate()
-        process.join(_STOP_GRACE_S)
     if process.is_alive():
         process.kill()
         process.join()

@@ -41,7 +41,10 @@ def worker_main(conn: Connection, pickled_spec: bytes) -> None:
     The spec arrives pickled so that a model that cannot be imported here is
     reported as a setup failure with its reason, not as a bare crash.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the serving process's to handle
+    # The serving process owns shutdown: a signal sent to the whole process group
+    # (Ctrl-C in a terminal, a service manager's stop) must not kill a batch midway.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         spec: WorkerSpec = pickle.loads(pickled_spec)
         os.environ.update(spec.env)

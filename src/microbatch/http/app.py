@@ -1,0 +1,378 @@
+"""The ASGI app: ``POST /predict`` into a Service or batched function, health probes,
+metrics and the OpenAPI document.
+
+A plain ASGI 3 callable (no web framework): a handful of fixed routes do not need one.
+The service is started and closed through the ASGI lifespan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import math
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from .. import __version__
+from ..errors import RemoteError
+from .asgi import Receive, Scope, Send, header, send_response
+from .codecs import CODECS, JSON, Codec, codec_for_accept, codec_for_content_type
+from .metrics import HttpMetrics
+from .schema import docs_page, openapi_document
+from .status import (
+    BadRequest,
+    BodyTooLarge,
+    BodyTooSlow,
+    ErrorBody,
+    MethodNotAllowed,
+    NotFound,
+    NotReady,
+    Unauthorized,
+    UnencodableResult,
+    error_reply,
+)
+from .target import Target, as_target
+
+__all__ = ["HttpApp", "HttpConfig", "app"]
+
+logger = logging.getLogger("microbatch.http")
+
+TIMEOUT_HEADER = b"x-request-timeout-ms"
+"""A client lowers its request's deadline with this header (milliseconds)."""
+
+_Handler = Callable[[Scope, Receive, Send], Awaitable[int]]
+_CLIENT_CLOSED = 499  # recorded in metrics only: nobody is left to answer
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    """Settings of the HTTP app.
+
+    Args:
+        max_body_bytes: Largest request body; a larger one gets 413 without being
+            read past the limit.
+        default_timeout_s: A request's deadline, from its arrival; a client may lower
+            it with ``X-Request-Timeout-Ms``. Past it: 504.
+        body_timeout_s: Longest time to receive a request's body; past it: 408.
+        auth_token: When set, every route except the health probes needs
+            ``Authorization: Bearer <token>``.
+
+    Raises:
+        ValueError: A setting is out of range; the message names it and its value.
+    """
+
+    max_body_bytes: int = 10 * 1024 * 1024
+    default_timeout_s: float = 30.0
+    body_timeout_s: float = 30.0
+    auth_token: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_body_bytes, int) or self.max_body_bytes < 1:
+            raise ValueError(f"max_body_bytes must be an int >= 1, got {self.max_body_bytes!r}")
+        for name in ("default_timeout_s", "body_timeout_s"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        if self.auth_token is not None and not self.auth_token:
+            raise ValueError("auth_token must be None or a non-empty string")
+
+
+class ClientDisconnected(Exception):
+    """The client went away before its result was ready; its item was cancelled."""
+
+
+class HttpApp:
+    """An ASGI app serving one :class:`~microbatch.http.target.Target`.
+
+    Args:
+        target: The served model (see :func:`app` to build one from a Service or a
+            batched function).
+        config: Limits, timeouts and the bearer token.
+    """
+
+    def __init__(self, target: Target, config: HttpConfig | None = None) -> None:
+        self.target = target
+        self.config = config if config is not None else HttpConfig()
+        self.metrics = HttpMetrics(target.stats)
+        self.openapi = openapi_document(
+            target.name,
+            __version__,
+            target.input_type,
+            target.output_type,
+            auth=self.config.auth_token is not None,
+        )
+        self._openapi_body = msgspec.json.encode(self.openapi)
+        self._docs_body = docs_page(self.openapi)
+        self._decoders = {codec.name: codec.make_decoder(target.input_type) for codec in CODECS}
+        token = self.config.auth_token
+        self._expected_authorization = None if token is None else b"Bearer " + token.encode()
+        self._draining = False
+        self._routes: dict[str, tuple[str, _Handler, bool]] = {
+            "/predict": ("POST", self._predict, True),
+            "/health/live": ("GET", self._live, False),
+            "/health/ready": ("GET", self._ready, False),
+            "/metrics": ("GET", self._metrics, True),
+            "/openapi.json": ("GET", self._openapi, True),
+            "/docs": ("GET", self._docs, True),
+        }
+
+    @property
+    def draining(self) -> bool:
+        """Shutdown has begun: readiness answers 503 and no new item is taken."""
+        return self._draining
+
+    def begin_draining(self) -> None:
+        """Turn readiness to 503 and refuse new items at once (the server calls this on
+        SIGTERM, before it stops accepting connections and waits for in-flight ones)."""
+        self._draining = True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI 3 entry point: HTTP requests and the lifespan."""
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+        else:
+            raise ValueError(f"microbatch's HTTP app does not serve {kind!r} connections")
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
+        path = scope["path"]
+        route = self._routes.get(path)
+        label = path if route is not None else "other"
+        try:
+            if route is None:
+                raise NotFound(f"no route {path!r}; see /docs")
+            method, handler, protected = route
+            if scope["method"] != method:
+                raise MethodNotAllowed(f"{path} takes {method}", allow=method)
+            if protected and self._expected_authorization is not None:
+                self._authorize(scope)
+            status = await handler(scope, receive, send)
+        except ClientDisconnected:
+            status = _CLIENT_CLOSED
+        except Exception as error:
+            status = await self._send_error(scope, send, error)
+        self.metrics.record(label, status, time.perf_counter() - started)
+
+    def _authorize(self, scope: Scope) -> None:
+        given = header(scope, b"authorization") or b""
+        assert self._expected_authorization is not None
+        if not hmac.compare_digest(given, self._expected_authorization):
+            raise Unauthorized("a bearer token is required (Authorization: Bearer <token>)")
+
+    async def _send_error(self, scope: Scope, send: Send, error: Exception) -> int:
+        reply = error_reply(error)
+        request_id = uuid.uuid4().hex[:16]
+        if reply.status >= 500 and reply.status not in (503, 504):
+            _log_failure(request_id, error)
+        try:
+            codec = codec_for_accept(header(scope, b"accept"))
+        except Exception:
+            codec = JSON
+        body = codec.encode(ErrorBody(reply.error, reply.message, request_id))
+        await send_response(send, reply.status, body, codec.media_type, reply.headers)
+        return reply.status
+
+    # -- routes ------------------------------------------------------------------
+
+    async def _predict(self, scope: Scope, receive: Receive, send: Send) -> int:
+        if self._draining:
+            raise NotReady("the server is shutting down")
+        deadline = time.monotonic() + self._timeout_s(scope)
+        decode = self._decoders[codec_for_content_type(header(scope, b"content-type")).name]
+        encoder = codec_for_accept(header(scope, b"accept"))
+        item = decode(await self._read_body(scope, receive))
+        result = await self._result(item, deadline, receive)
+        await send_response(send, 200, _encode(encoder, result), encoder.media_type)
+        return 200
+
+    async def _live(self, scope: Scope, receive: Receive, send: Send) -> int:
+        await send_response(send, 200, b'{"status":"live"}', JSON.media_type)
+        return 200
+
+    async def _ready(self, scope: Scope, receive: Receive, send: Send) -> int:
+        if self._draining:
+            raise NotReady("the server is shutting down")
+        if not self.target.ready:
+            raise NotReady("the service is not ready")
+        await send_response(send, 200, b'{"status":"ready"}', JSON.media_type)
+        return 200
+
+    async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> int:
+        await send_response(send, 200, self.metrics.render(), self.metrics.content_type)
+        return 200
+
+    async def _openapi(self, scope: Scope, receive: Receive, send: Send) -> int:
+        await send_response(send, 200, self._openapi_body, JSON.media_type)
+        return 200
+
+    async def _docs(self, scope: Scope, receive: Receive, send: Send) -> int:
+        await send_response(send, 200, self._docs_body, b"text/html; charset=utf-8")
+        return 200
+
+    # -- parts of a prediction ------------------------------------------------------
+
+    def _timeout_s(self, scope: Scope) -> float:
+        default = self.config.default_timeout_s
+        given = header(scope, TIMEOUT_HEADER)
+        if given is None:
+            return default
+        try:
+            milliseconds = float(given)
+        except ValueError:
+            milliseconds = math.nan
+        if not 0 < milliseconds < math.inf:
+            raise BadRequest("X-Request-Timeout-Ms must be a number of milliseconds > 0")
+        return min(default, milliseconds / 1000.0)
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        limit = self.config.max_body_bytes
+        declared = header(scope, b"content-length")
+        if declared is not None:
+            try:
+                length = int(declared)
+            except ValueError:
+                raise BadRequest("Content-Length is not a number") from None
+            if length > limit:
+                raise BodyTooLarge(f"the body has {length} bytes; the limit is {limit}")
+        try:
+            if sys.version_info >= (3, 11):
+                async with asyncio.timeout(self.config.body_timeout_s):
+                    return await _receive_body(receive, limit)
+            return await asyncio.wait_for(_receive_body(receive, limit), self.config.body_timeout_s)
+        except asyncio.TimeoutError:
+            raise BodyTooSlow(
+                f"the body did not arrive within {self.config.body_timeout_s} s"
+            ) from None
+
+    async def _result(self, item: Any, deadline: float, receive: Receive) -> Any:
+        """Await the item's result; a client that disconnects first cancels it."""
+        loop = asyncio.get_running_loop()
+        submitted = loop.create_task(self.target.submit(item, deadline=deadline))
+        watcher = loop.create_task(_cancel_on_disconnect(receive, submitted))
+        try:
+            return await submitted
+        except asyncio.CancelledError:
+            if watcher.done() and not watcher.cancelled():
+                raise ClientDisconnected from None
+            raise
+        finally:
+            watcher.cancel()
+
+    # -- lifespan ----------------------------------------------------------------
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.target.start()
+                except Exception as error:
+                    logger.exception("the service failed to start")
+                    await send({"type": "lifespan.startup.failed", "message": str(error)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                self._draining = True
+                try:
+                    await self.target.close()
+                except Exception as error:
+                    logger.exception("the service failed to close")
+                    await send({"type": "lifespan.shutdown.failed", "message": str(error)})
+                    return
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+async def _receive_body(receive: Receive, limit: int) -> bytes:
+    """The whole body, refused as soon as more than ``limit`` bytes have arrived."""
+    message = await receive()
+    body: bytes = message.get("body", b"")
+    if not message.get("more_body", False) and message["type"] == "http.request":
+        if len(body) > limit:
+            raise BodyTooLarge(f"the body is over the limit of {limit} bytes")
+        return body
+    chunks = [body]
+    received = len(body)
+    while message.get("more_body", False):
+        if received > limit:
+            raise BodyTooLarge(f"the body is over the limit of {limit} bytes")
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnected
+        chunk = message.get("body", b"")
+        chunks.append(chunk)
+        received += len(chunk)
+    if message["type"] == "http.disconnect":
+        raise ClientDisconnected
+    if received > limit:
+        raise BodyTooLarge(f"the body is over the limit of {limit} bytes")
+    return b"".join(chunks)
+
+
+async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` when the client disconnects.
+
+    The body has been read already, so an ASGI server answers ``receive()`` only
+    when the client goes away; one that answers anything else is not watched further
+    (rather than spun on).
+    """
+    if (await receive())["type"] == "http.disconnect":
+        task.cancel()
+
+
+def _encode(codec: Codec, result: Any) -> bytes:
+    try:
+        return codec.encode(result)
+    except (TypeError, ValueError, NotImplementedError, OverflowError) as error:
+        raise UnencodableResult(
+            f"the result ({type(result).__name__}) cannot be encoded as {codec.name}"
+        ) from error
+
+
+def _log_failure(request_id: str, error: BaseException) -> None:
+    if isinstance(error, RemoteError):
+        logger.error(
+            "request %s: the model raised %s: %s\n%s",
+            request_id,
+            error.type_name,
+            error.message,
+            error.traceback_text,
+        )
+    else:
+        logger.error("request %s failed", request_id, exc_info=error)
+
+
+def app(
+    served: object,
+    *,
+    max_body_bytes: int = 10 * 1024 * 1024,
+    default_timeout_s: float = 30.0,
+    body_timeout_s: float = 30.0,
+    auth_token: str | None = None,
+) -> HttpApp:
+    """An ASGI app serving a :class:`~microbatch.Service` or a ``@microbatch.batch``
+    function; it starts and closes the service through the ASGI lifespan.
+
+    Args:
+        served: The Service or batched function.
+        max_body_bytes: Largest request body (413 above it).
+        default_timeout_s: Each request's deadline (504 past it).
+        body_timeout_s: Longest time to receive a body (408 past it).
+        auth_token: When set, bearer token required on every non-probe route (401).
+
+    Raises:
+        TypeError: ``served`` is neither a Service nor a batched function.
+        ValueError: A setting is out of range.
+    """
+    config = HttpConfig(max_body_bytes, default_timeout_s, body_timeout_s, auth_token)
+    return HttpApp(as_target(served), config)

@@ -1,0 +1,166 @@
+"""JSON and msgpack, both ways, with numpy arrays as nested lists.
+
+The decoder is chosen from the request's ``Content-Type`` among these two only:
+nothing from the network is ever unpickled. The encoder is chosen from ``Accept``.
+numpy is optional: arrays and numpy scalars are handled only when numpy is imported.
+"""
+
+from __future__ import annotations
+
+import sys
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "CODECS",
+    "JSON",
+    "MSGPACK",
+    "Codec",
+    "Decoder",
+    "NotAcceptable",
+    "UnsupportedMediaType",
+    "codec_for_accept",
+    "codec_for_content_type",
+    "decode_hook",
+    "encode_hook",
+]
+
+Decoder = Callable[[bytes], Any]
+
+
+class UnsupportedMediaType(Exception):
+    """The request body is in a format other than JSON or msgpack."""
+
+
+class NotAcceptable(Exception):
+    """The client accepts neither JSON nor msgpack."""
+
+
+@dataclass(frozen=True)
+class Codec:
+    """One wire format: its media type and how to build its encoder and decoders."""
+
+    name: str
+    media_type: bytes
+    encode: Callable[[Any], bytes]
+    make_decoder: Callable[[Any], Decoder]
+
+
+def encode_hook(value: Any) -> Any:
+    """Encode what msgspec does not know: numpy arrays as nested lists, numpy scalars
+    as Python numbers.
+
+    Raises:
+        NotImplementedError: Any other type.
+    """
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        if isinstance(value, numpy.ndarray):
+            return value.tolist()
+        if isinstance(value, numpy.generic):
+            return value.item()
+    raise NotImplementedError(f"cannot encode {type(value).__name__}")
+
+
+def decode_hook(expected: Any, value: Any) -> Any:
+    """Decode a declared numpy array type (``np.ndarray``, ``npt.NDArray[np.float32]``)
+    from nested lists.
+
+    Raises:
+        ValueError: The lists are ragged or hold something that is not a number
+            (msgspec reports it as a validation error at its path).
+        NotImplementedError: ``expected`` is not a numpy array type.
+    """
+    numpy = sys.modules.get("numpy")
+    if numpy is None or (
+        expected is not numpy.ndarray and typing.get_origin(expected) is not numpy.ndarray
+    ):
+        raise NotImplementedError(f"cannot decode {expected!r}")
+    dtype = _declared_dtype(expected)
+    try:
+        array = numpy.asarray(value, dtype=dtype)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"expected a numeric array: {error}") from None
+    if array.dtype.kind not in "biufc":
+        raise ValueError("expected a numeric array (nested lists of numbers)")
+    return array
+
+
+def _declared_dtype(expected: Any) -> Any:
+    """``np.float32`` from ``np.ndarray[Any, np.dtype[np.float32]]``; else ``None``."""
+    args = typing.get_args(expected)
+    if len(args) == 2:
+        scalar = typing.get_args(args[1])
+        if scalar and isinstance(scalar[0], type):
+            return scalar[0]
+    return None
+
+
+_json_encoder = msgspec.json.Encoder(enc_hook=encode_hook)
+_msgpack_encoder = msgspec.msgpack.Encoder(enc_hook=encode_hook)
+
+JSON = Codec(
+    name="json",
+    media_type=b"application/json",
+    encode=_json_encoder.encode,
+    make_decoder=lambda item_type: msgspec.json.Decoder(item_type, dec_hook=decode_hook).decode,
+)
+MSGPACK = Codec(
+    name="msgpack",
+    media_type=b"application/msgpack",
+    encode=_msgpack_encoder.encode,
+    make_decoder=lambda item_type: msgspec.msgpack.Decoder(item_type, dec_hook=decode_hook).decode,
+)
+CODECS = (JSON, MSGPACK)
+
+_BY_MEDIA_TYPE = {
+    b"application/json": JSON,
+    b"application/msgpack": MSGPACK,
+    b"application/x-msgpack": MSGPACK,
+    b"application/vnd.msgpack": MSGPACK,
+}
+_ANY_JSON = {b"*/*", b"application/*"}
+
+
+def codec_for_content_type(content_type: bytes | None) -> Codec:
+    """The codec of a request body; JSON when no ``Content-Type`` is given.
+
+    Raises:
+        UnsupportedMediaType: Any other media type.
+    """
+    if content_type is None:
+        return JSON
+    media_type = content_type.split(b";", 1)[0].strip().lower()
+    codec = _BY_MEDIA_TYPE.get(media_type)
+    if codec is None:
+        raise UnsupportedMediaType(
+            f"Content-Type {media_type.decode('latin-1')!r} is not supported; "
+            "send application/json or application/msgpack"
+        )
+    return codec
+
+
+def codec_for_accept(accept: bytes | None) -> Codec:
+    """The codec of the response: the first of JSON or msgpack that ``Accept`` names
+    (``*/*`` means JSON); JSON when no ``Accept`` is given. Quality values are ignored.
+
+    Raises:
+        NotAcceptable: ``Accept`` names neither.
+    """
+    if accept is None:
+        return JSON
+    for media_range in accept.split(b","):
+        media_type = media_range.split(b";", 1)[0].strip().lower()
+        codec = _BY_MEDIA_TYPE.get(media_type)
+        if codec is not None:
+            return codec
+        if media_type in _ANY_JSON:
+            return JSON
+    raise NotAcceptable(
+        f"Accept {accept.decode('latin-1')!r} names neither application/json "
+        "nor application/msgpack"
+    )

@@ -1,0 +1,151 @@
+"""Prometheus metrics of one HTTP app, in its own registry.
+
+Request counts and latencies are recorded as requests finish; everything about the
+service (queues, batches, workers) is read from ``stats()`` when Prometheus scrapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+from ..pipeline.service import ServiceStats
+
+__all__ = ["BATCH_SIZE_BUCKETS", "HttpMetrics", "ServiceCollector"]
+
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+"""Upper bounds of the batch-size histogram (batch units)."""
+
+_LATENCY_BUCKETS_S = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)  # fmt: skip
+
+
+class ServiceCollector(Collector):
+    """Turns one ``stats()`` snapshot into metric families at each scrape."""
+
+    def __init__(self, stats: Callable[[], ServiceStats]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield the service's metric families (see the README for the list)."""
+        stats = self._stats()
+        ready = GaugeMetricFamily("microbatch_ready", "1 when the service takes traffic")
+        ready.add_metric([], 1.0 if stats.ready else 0.0)
+        items = GaugeMetricFamily("microbatch_items_in_service", "Items inside the service")
+        items.add_metric([], stats.in_flight)
+        yield ready
+        yield items
+        label = ["stage"]
+        queued = GaugeMetricFamily(
+            "microbatch_queue_depth", "Items waiting for a batch", labels=label
+        )
+        running = GaugeMetricFamily(
+            "microbatch_in_flight_items", "Items in batches that are running", labels=label
+        )
+        alive = GaugeMetricFamily(
+            "microbatch_workers_alive", "Workers able to take a batch", labels=label
+        )
+        restarts = CounterMetricFamily(
+            "microbatch_worker_restarts", "Workers started again after dying", labels=label
+        )
+        batches = CounterMetricFamily("microbatch_batches", "Batches released", labels=label)
+        dropped = CounterMetricFamily(
+            "microbatch_items_dropped",
+            "Items answered without a result, by reason (deadline, cancelled, rejected, failed)",
+            labels=["stage", "reason"],
+        )
+        wait = GaugeMetricFamily(
+            "microbatch_queue_wait_seconds",
+            "Time recent items waited for a batch, by quantile",
+            labels=["stage", "quantile"],
+        )
+        sizes = HistogramMetricFamily(
+            "microbatch_batch_size", "Batch sizes (batch units)", labels=label
+        )
+        for stage in stats.stages:
+            name, counts = [stage.name], stage.batching
+            queued.add_metric(name, counts.queued)
+            running.add_metric(name, counts.in_flight)
+            alive.add_metric(name, stage.workers_alive)
+            restarts.add_metric(name, stage.restarts)
+            batches.add_metric(name, counts.batches)
+            for reason, value in (
+                ("deadline", counts.expired),
+                ("cancelled", counts.cancelled),
+                ("rejected", counts.rejected),
+                ("failed", counts.failed),
+            ):
+                dropped.add_metric([stage.name, reason], value)
+            for quantile, value_ms in (
+                ("0.5", counts.queue_wait_p50_ms),
+                ("0.9", counts.queue_wait_p90_ms),
+                ("0.99", counts.queue_wait_p99_ms),
+            ):
+                wait.add_metric([stage.name, quantile], value_ms / 1000.0)
+            buckets, total = _cumulative(counts.batch_sizes)
+            sizes.add_metric(name, buckets, sum_value=total)
+        yield from (queued, running, alive, restarts, batches, dropped, wait, sizes)
+
+
+def _cumulative(batch_sizes: Mapping[int, int]) -> tuple[list[tuple[str, float]], float]:
+    """Prometheus buckets (cumulative counts per upper bound) and the sum of sizes."""
+    pairs = sorted(batch_sizes.items())
+    buckets: list[tuple[str, float]] = []
+    for bound in BATCH_SIZE_BUCKETS:
+        buckets.append((str(bound), float(sum(count for size, count in pairs if size <= bound))))
+    buckets.append(("+Inf", float(sum(count for _, count in pairs))))
+    return buckets, float(sum(size * count for size, count in pairs))
+
+
+class HttpMetrics:
+    """The app's registry: per-request counters and latencies, and the service's stats.
+
+    Args:
+        stats: Where the service's snapshot comes from at each scrape.
+    """
+
+    content_type = CONTENT_TYPE_LATEST.encode()
+
+    def __init__(self, stats: Callable[[], ServiceStats]) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._requests = Counter(
+            "microbatch_http_requests",
+            "HTTP requests by route and status",
+            ["route", "status"],
+            registry=self.registry,
+        )
+        self._latency = Histogram(
+            "microbatch_http_request_duration_seconds",
+            "Time from request start to response, by route",
+            ["route"],
+            buckets=_LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.registry.register(ServiceCollector(stats))
+        self._counters: dict[tuple[str, int], Counter] = {}
+        self._histograms: dict[str, Histogram] = {}
+
+    def record(self, route: str, status: int, seconds: float) -> None:
+        """Count one finished request and its latency."""
+        counter = self._counters.get((route, status))
+        if counter is None:
+            counter = self._counters[route, status] = self._requests.labels(route, str(status))
+        counter.inc()
+        histogram = self._histograms.get(route)
+        if histogram is None:
+            histogram = self._histograms[route] = self._latency.labels(route)
+        histogram.observe(seconds)
+
+    def render(self) -> bytes:
+        """The registry in Prometheus' text format."""
+        return generate_latest(self.registry)

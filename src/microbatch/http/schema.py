@@ -1,0 +1,139 @@
+"""The OpenAPI document of a served model, from its declared item types, and a
+small self-contained HTML page that shows it (no scripts, no external assets)."""
+
+from __future__ import annotations
+
+import html
+import sys
+from typing import Any
+
+import msgspec
+
+from .status import ErrorBody
+
+__all__ = ["docs_page", "openapi_document"]
+
+_MEDIA_TYPES = ("application/json", "application/msgpack")
+_REF = "#/components/schemas/{name}"
+
+
+def openapi_document(
+    title: str, version: str, input_type: Any, output_type: Any, *, auth: bool
+) -> dict[str, Any]:
+    """An OpenAPI 3.1 document for ``POST /predict`` and the operational routes.
+
+    Args:
+        title: The API's title (the model's name).
+        version: The API's version.
+        input_type: The type of one item (the request body).
+        output_type: The type of one result (the response body).
+        auth: Predict and the other non-probe routes need a bearer token.
+    """
+    (item, result, error), components = msgspec.json.schema_components(
+        [input_type, output_type, ErrorBody], schema_hook=_schema_hook, ref_template=_REF
+    )
+
+    def content(schema: dict[str, Any]) -> dict[str, Any]:
+        return {media_type: {"schema": schema} for media_type in _MEDIA_TYPES}
+
+    def errors(*statuses: tuple[str, str]) -> dict[str, Any]:
+        return {code: {"description": text, "content": content(error)} for code, text in statuses}
+
+    security: list[dict[str, list[str]]] = [{"bearer": []}] if auth else []
+    predict = {
+        "summary": "One item in, its own result out",
+        "operationId": "predict",
+        "parameters": [
+            {
+                "name": "X-Request-Timeout-Ms",
+                "in": "header",
+                "required": False,
+                "description": "Lower the request's deadline (milliseconds)",
+                "schema": {"type": "number", "exclusiveMinimum": 0},
+            }
+        ],
+        "requestBody": {"required": True, "content": content(item)},
+        "responses": {
+            "200": {"description": "The item's result", "content": content(result)},
+            **errors(
+                ("400", "Malformed body or header"),
+                ("406", "Accept names neither JSON nor msgpack"),
+                ("408", "The body arrived too slowly"),
+                ("413", "The body is over the size limit"),
+                ("415", "Content-Type is neither JSON nor msgpack"),
+                ("422", "The body does not match the item type"),
+                ("500", "The model failed for this item"),
+                ("503", "Overloaded, not ready or shutting down; retry after Retry-After"),
+                ("504", "The request's deadline passed"),
+            ),
+            **(errors(("401", "Missing or wrong bearer token")) if auth else {}),
+        },
+        "security": security,
+    }
+    status = {
+        "type": "object",
+        "properties": {"status": {"type": "string"}},
+        "required": ["status"],
+    }
+    probe = {"200": {"description": "OK", "content": {"application/json": {"schema": status}}}}
+    text = {"200": {"description": "OK", "content": {"text/plain": {"schema": {"type": "string"}}}}}
+    document: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "info": {"title": title, "version": version},
+        "paths": {
+            "/predict": {"post": predict},
+            "/health/live": {"get": {"summary": "The process is up", "responses": probe}},
+            "/health/ready": {
+                "get": {
+                    "summary": "Ready for traffic",
+                    "responses": {**probe, **errors(("503", "Not ready"))},
+                }
+            },
+            "/metrics": {"get": {"summary": "Prometheus metrics", "responses": text}},
+        },
+        "components": {"schemas": components},
+    }
+    if auth:
+        document["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        document["paths"]["/metrics"]["get"]["security"] = security
+    return document
+
+
+def _schema_hook(kind: type) -> dict[str, Any]:
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and kind is numpy.ndarray:
+        return {"type": "array", "description": "a numpy array, as nested lists of numbers"}
+    return {"description": f"{getattr(kind, '__name__', kind)} (no schema declared)"}
+
+
+def docs_page(document: dict[str, Any]) -> bytes:
+    """A small HTML page listing every route with its request and response schemas."""
+    title = html.escape(str(document["info"]["title"]))
+    sections = []
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            rows = "".join(
+                f"<li><b>{html.escape(code)}</b> {html.escape(str(response['description']))}</li>"
+                for code, response in operation["responses"].items()
+            )
+            body = operation.get("requestBody", {}).get("content", {}).get("application/json")
+            request = _pre(body["schema"]) if body else ""
+            sections.append(
+                f"<section><h2><code>{method.upper()} {html.escape(path)}</code></h2>"
+                f"<p>{html.escape(operation.get('summary', ''))}</p>{request}<ul>{rows}</ul>"
+                "</section>"
+            )
+    schemas = _pre(document["components"]["schemas"])
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>{title}</title><style>body{{font-family:sans-serif;max-width:60em;margin:auto}}"
+        "pre{background:#f4f4f4;padding:1em;overflow:auto}</style></head><body>"
+        f"<h1>{title}</h1><p>Bodies are JSON or msgpack (<code>Content-Type</code>, "
+        "<code>Accept</code>). The full document is at <a href='openapi.json'>openapi.json</a>."
+        f"</p>{''.join(sections)}<h2>Schemas</h2>{schemas}</body></html>"
+    ).encode()
+
+
+def _pre(value: Any) -> str:
+    text = msgspec.json.format(msgspec.json.encode(value)).decode()
+    return f"<pre>{html.escape(text)}</pre>"

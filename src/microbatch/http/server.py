@@ -1,0 +1,312 @@
+"""``microbatch serve MODULE:ATTR``: the HTTP app under uvicorn (uvloop, httptools).
+
+On top of uvicorn: an absolute deadline and a size cap on reading request headers
+(against slow or endless headers), a socket bound before serving so that port 0
+works, the bound URL printed once the service is ready, and SIGTERM/SIGINT turning
+readiness to 503 at once before uvicorn's graceful shutdown, with exit status 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import ipaddress
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .app import HttpApp, HttpConfig
+from .target import as_target
+
+__all__ = [
+    "HeaderGuardedProtocol",
+    "ServeSettings",
+    "add_serve_arguments",
+    "load_served",
+    "run_serve",
+    "serve",
+]
+
+logger = logging.getLogger("microbatch.http")
+
+_REQUEST_TIMEOUT = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+_HEADERS_TOO_LARGE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+    b"content-length: 0\r\nconnection: close\r\n\r\n"
+)
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """How the server listens and shuts down.
+
+    Args:
+        host: Address to bind (loopback unless told otherwise).
+        port: Port to bind; 0 picks a free one (the printed URL names it).
+        graceful_timeout_s: On SIGTERM, longest wait for in-flight requests.
+        header_timeout_s: Longest time from a connection's start (or its previous
+            response) until a request's headers are complete; then 408 and close.
+        max_header_bytes: Most bytes of request headers; then 431 and close.
+        keep_alive_s: Idle keep-alive connections are closed after this long.
+        max_connections: Connections plus running requests; beyond it uvicorn answers 503.
+        log_level: ``debug``, ``info``, ``warning`` or ``error``.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    graceful_timeout_s: float = 30.0
+    header_timeout_s: float = 10.0
+    max_header_bytes: int = 64 * 1024
+    keep_alive_s: float = 5.0
+    max_connections: int = 4096
+    log_level: str = "info"
+
+
+class HeaderGuardedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a deadline and a size cap on request headers.
+
+    uvicorn alone has neither: its keep-alive timer stops at the first byte, so a
+    client sending a header one byte at a time holds a connection for as long as it
+    likes (slowloris).
+    """
+
+    header_timeout_s = 10.0
+    max_header_bytes = 64 * 1024
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._header_bytes = 0
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._await_headers()
+
+    def data_received(self, data: bytes) -> None:
+        """Feed the parser; refuse headers that grow past the cap."""
+        awaiting = self._header_timer is not None
+        super().data_received(data)
+        if awaiting and self._header_timer is not None:
+            self._header_bytes += len(data)
+            if self._header_bytes > self.max_header_bytes:
+                self._refuse(_HEADERS_TOO_LARGE)
+
+    def on_headers_complete(self) -> None:
+        """The headers are in: stop the header deadline, run the request."""
+        self._stop_header_timer()
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        """A response went out: the next request's headers get a fresh deadline."""
+        super().on_response_complete()
+        if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
+            self._await_headers()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Stop the timer with the connection."""
+        self._stop_header_timer()
+        super().connection_lost(exc)
+
+    def _await_headers(self) -> None:
+        self._stop_header_timer()
+        self._header_bytes = 0
+        self._header_timer = self.loop.call_later(self.header_timeout_s, self._headers_too_slow)
+
+    def _stop_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_too_slow(self) -> None:
+        self._header_timer = None
+        if self.cycle is None or self.cycle.response_complete:
+            self._refuse(_REQUEST_TIMEOUT)
+
+    def _refuse(self, response: bytes) -> None:
+        self._stop_header_timer()
+        if not self.transport.is_closing():
+            self.transport.write(response)
+            self.transport.close()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server: signals begin draining, the bound URL is printed when ready."""
+
+    def __init__(self, config: uvicorn.Config, app: HttpApp, url: str) -> None:
+        super().__init__(config)
+        self.app = app
+        self.url = url
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """Handle SIGTERM/SIGINT in the event loop, and do not re-raise them on exit
+        (uvicorn does, which would end the process with the signal, not status 0)."""
+        loop = asyncio.get_running_loop()
+        signals = (signal.SIGTERM, signal.SIGINT)
+        for number in signals:
+            loop.add_signal_handler(number, self._on_signal, number)
+        try:
+            yield
+        finally:
+            for number in signals:
+                loop.remove_signal_handler(number)
+
+    def _on_signal(self, number: int) -> None:
+        if self.should_exit and number == signal.SIGINT:
+            self.force_exit = True
+        self.app.begin_draining()
+        self.should_exit = True
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """Start the service and listen; then print the URL (on one line, flushed)."""
+        await super().startup(sockets)
+        if self.started:
+            print(f"microbatch serving on {self.url}", flush=True)
+
+
+def serve(app: HttpApp, settings: ServeSettings) -> int:
+    """Serve ``app`` until SIGTERM or SIGINT; return the exit status (0 after a drain).
+
+    Raises:
+        OSError: The address cannot be bound.
+    """
+    sock = _bind(settings.host, settings.port)
+    bound_port = sock.getsockname()[1]
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    protocol = type(
+        "ConfiguredHeaderGuardedProtocol",
+        (HeaderGuardedProtocol,),
+        {
+            "header_timeout_s": settings.header_timeout_s,
+            "max_header_bytes": settings.max_header_bytes,
+        },
+    )
+    config = uvicorn.Config(
+        app,
+        loop="uvloop",
+        http=protocol,
+        lifespan="on",
+        log_level=settings.log_level,
+        access_log=False,
+        timeout_keep_alive=int(max(1, settings.keep_alive_s)),
+        timeout_graceful_shutdown=int(max(1, settings.graceful_timeout_s)),
+        limit_concurrency=settings.max_connections,
+    )
+    server = _Server(config, app, f"http://{host}:{bound_port}")
+    with sock:
+        server.run(sockets=[sock])
+    return 0
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def load_served(spec: str) -> object:
+    """Import ``MODULE:ATTR`` (ATTR may be dotted), with the working directory importable.
+
+    Raises:
+        ValueError: ``spec`` is not ``MODULE:ATTR``.
+        ImportError: The module cannot be imported.
+        AttributeError: The module has no such attribute.
+    """
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"expected MODULE:ATTR, got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    served: object = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        served = getattr(served, part)
+    return served
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the ``serve`` subcommand's arguments on ``parser``."""
+    defaults = ServeSettings()
+    parser.add_argument("target", metavar="MODULE:ATTR", help="a Service or @batch function")
+    parser.add_argument("--host", default=defaults.host, help="address to bind (127.0.0.1)")
+    parser.add_argument("--port", type=int, default=defaults.port, help="0 picks a free port")
+    parser.add_argument(
+        "--auth-token",
+        default=None,
+        help="bearer token required on non-probe routes (or env MICROBATCH_AUTH_TOKEN)",
+    )
+    parser.add_argument(
+        "--max-body-bytes", type=int, default=HttpConfig.max_body_bytes, help="413 above it"
+    )
+    parser.add_argument(
+        "--timeout-ms",
+        type=float,
+        default=HttpConfig.default_timeout_s * 1000,
+        help="each request's deadline (504 past it)",
+    )
+    parser.add_argument(
+        "--graceful-timeout-s",
+        type=float,
+        default=defaults.graceful_timeout_s,
+        help="on SIGTERM, longest wait for in-flight requests",
+    )
+    parser.add_argument(
+        "--header-timeout-s",
+        type=float,
+        default=defaults.header_timeout_s,
+        help="longest time to receive a request's headers (then 408 and close)",
+    )
+    parser.add_argument(
+        "--log-level", default=defaults.log_level, choices=["debug", "info", "warning", "error"]
+    )
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Run ``microbatch serve`` with parsed arguments; return the exit status."""
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    token = args.auth_token or os.environ.get("MICROBATCH_AUTH_TOKEN") or None
+    try:
+        served = load_served(args.target)
+        app = HttpApp(
+            as_target(served),
+            HttpConfig(
+                max_body_bytes=args.max_body_bytes,
+                default_timeout_s=args.timeout_ms / 1000.0,
+                auth_token=token,
+            ),
+        )
+    except (ImportError, AttributeError, ValueError, TypeError) as error:
+        print(f"microbatch serve: {error}", file=sys.stderr)
+        return 2
+    if token is None and not _is_loopback(args.host):
+        logger.warning(
+            "serving on %s without --auth-token: anyone who can reach it may call it", args.host
+        )
+    settings = ServeSettings(
+        host=args.host,
+        port=args.port,
+        graceful_timeout_s=args.graceful_timeout_s,
+        header_timeout_s=args.header_timeout_s,
+        log_level=args.log_level,
+    )
+    return serve(app, settings)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"

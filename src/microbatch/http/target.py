@@ -1,0 +1,168 @@
+"""What the HTTP app serves: a Service, or one ``@microbatch.batch`` function,
+behind one small interface (start, close, submit, readiness, stats, declared types).
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from ..decorator import AsyncBatchedFunction, SyncBatchedFunction
+from ..pipeline.service import Service, ServiceStats, StageStats
+from ..policy import QueueState
+from ..stats import StatsRecorder
+
+__all__ = ["FunctionTarget", "ServiceTarget", "Target", "as_target", "item_types"]
+
+
+class Target(Protocol):
+    """The served model, as the HTTP app sees it."""
+
+    name: str
+    input_type: Any
+    output_type: Any
+
+    @property
+    def ready(self) -> bool:
+        """Able to take items now."""
+
+    async def start(self) -> None:
+        """Start workers and warm up."""
+
+    async def close(self) -> None:
+        """Refuse new items, finish queued ones, stop workers."""
+
+    async def submit(self, item: Any, *, deadline: float | None) -> Any:
+        """One item in, its own result out (or its own error raised)."""
+
+    def stats(self) -> ServiceStats:
+        """A snapshot of every stage's counters."""
+
+
+class ServiceTarget:
+    """A :class:`~microbatch.Service`: types from its first and last stages' ``predict``."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.name = service.stages[-1].name
+        self.input_type = item_types(service.stages[0].model.predict)[0]
+        self.output_type = item_types(service.stages[-1].model.predict)[1]
+
+    @property
+    def ready(self) -> bool:
+        """See :attr:`Service.ready`."""
+        return self.service.ready
+
+    async def start(self) -> None:
+        """See :meth:`Service.start`."""
+        await self.service.start()
+
+    async def close(self) -> None:
+        """See :meth:`Service.close`."""
+        await self.service.close()
+
+    async def submit(self, item: Any, *, deadline: float | None) -> Any:
+        """See :meth:`Service.submit`."""
+        return await self.service.submit(item, deadline=deadline)
+
+    def stats(self) -> ServiceStats:
+        """See :meth:`Service.stats`."""
+        return self.service.stats()
+
+
+class FunctionTarget:
+    """A ``@microbatch.batch`` function run in the server's event loop (a plain
+    function runs its batches in a thread, via ``acall``)."""
+
+    def __init__(self, function: AsyncBatchedFunction[Any, Any] | SyncBatchedFunction[Any, Any]):
+        self.function = function
+        wrapped = getattr(function, "__wrapped__", function)
+        self.name = getattr(wrapped, "__name__", "model")
+        self.input_type, self.output_type = item_types(wrapped)
+        self._submit: Callable[..., Any] = (
+            function if isinstance(function, AsyncBatchedFunction) else function.acall
+        )
+        self._started = False
+        self._closing = False
+
+    @property
+    def ready(self) -> bool:
+        """Started and not closing."""
+        return self._started and not self._closing
+
+    async def start(self) -> None:
+        """Nothing to start: the batcher is made on the first item."""
+        self._started = True
+
+    async def close(self) -> None:
+        """Close the event loop's batcher, running what is queued."""
+        self._closing = True
+        if isinstance(self.function, AsyncBatchedFunction):
+            await self.function.close()
+        else:
+            await self.function.aclose()
+
+    async def submit(self, item: Any, *, deadline: float | None) -> Any:
+        """Submit one item to the event loop's batcher."""
+        return await self._submit(item, deadline=deadline)
+
+    def stats(self) -> ServiceStats:
+        """One stage: the function's batcher in this event loop."""
+        function = self.function
+        if isinstance(function, AsyncBatchedFunction):
+            batching = function.stats()
+        elif self._started:
+            batching = function.loop_batcher.stats()
+        else:
+            batching = StatsRecorder().snapshot(QueueState())
+        slots = function.config.max_concurrent_batches
+        stage = StageStats(self.name, slots, slots, 0, batching)
+        return ServiceStats(
+            self.ready, self._closing, batching.queued + batching.in_flight, (stage,)
+        )
+
+
+def as_target(served: object) -> Target:
+    """Wrap a :class:`Service` or a ``@microbatch.batch`` function.
+
+    Raises:
+        TypeError: ``served`` is neither.
+    """
+    if isinstance(served, Service):
+        return ServiceTarget(served)
+    if isinstance(served, (AsyncBatchedFunction, SyncBatchedFunction)):
+        return FunctionTarget(served)
+    raise TypeError(
+        f"expected a microbatch.Service or a @microbatch.batch function, got {served!r}"
+    )
+
+
+def item_types(batch_function: Callable[..., Any]) -> tuple[Any, Any]:
+    """The per-item input and output types of ``f(batch: list[In]) -> list[Out]``.
+
+    Missing or unreadable hints give ``Any`` (accept any JSON value).
+    """
+    try:
+        hints = typing.get_type_hints(batch_function)
+        parameters = [
+            p for p in inspect.signature(batch_function).parameters.values() if p.name != "self"
+        ]
+    except (NameError, TypeError, ValueError):
+        return Any, Any
+    batch_hint = hints.get(parameters[0].name, Any) if parameters else Any
+    return _element_type(batch_hint), _element_type(hints.get("return", Any))
+
+
+def _element_type(hint: Any) -> Any:
+    """``T`` from ``list[T]``, ``Sequence[T]``, ``Awaitable[list[T]]``; else ``Any``."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is not None and args and inspect.isclass(origin):
+        if issubclass(origin, collections.abc.Awaitable):
+            return _element_type(args[0])
+        if issubclass(origin, collections.abc.Sequence) and len(args) == 1:
+            return args[0]
+    return Any

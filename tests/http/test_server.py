@@ -1,0 +1,186 @@
+"""``microbatch serve`` end to end: a real server on a free port of 127.0.0.1.
+
+Every test starts its own server process and stops only that process, by its PID.
+Timeouts here are hang guards, never pass criteria.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+HANG_GUARD_S = 30.0
+
+
+class Server:
+    """A ``microbatch serve`` child process and the URL it printed."""
+
+    def __init__(self, process: subprocess.Popen[str], url: str) -> None:
+        self.process = process
+        self.url = url
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        self.address = (host, int(port))
+
+    def wait_ready(self) -> None:
+        """Until /health/ready answers 200 (bounded by the hang guard)."""
+        give_up = time.monotonic() + HANG_GUARD_S
+        with httpx.Client(base_url=self.url) as client:
+            while client.get("/health/ready").status_code != 200:
+                assert time.monotonic() < give_up, "the server never became ready"
+                time.sleep(0.05)
+
+
+@contextmanager
+def running(target: str, *options: str, env: dict[str, str] | None = None) -> Iterator[Server]:
+    """Start ``microbatch serve TARGET --port 0``; yield once it printed its URL."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "microbatch", "serve", target, "--port", "0", *options],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        prefix = "microbatch serving on "
+        assert line.startswith(prefix), f"unexpected first line {line!r}"
+        server = Server(process, line.removeprefix(prefix).strip())
+        server.wait_ready()
+        yield server
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(HANG_GUARD_S)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+async def _post_all(url: str, xs: list[float]) -> list[httpx.Response]:
+    limits = httpx.Limits(max_connections=32)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=HANG_GUARD_S) as client:
+        return await asyncio.gather(*(client.post("/predict", json={"x": x}) for x in xs))
+
+
+def test_concurrent_clients_get_their_own_answers_from_a_service() -> None:
+    xs = [x + 0.25 for x in range(200)]
+    with running("tests.http.models:service", "--log-level", "warning") as server:
+        replies = asyncio.run(_post_all(server.url, xs))
+    assert [r.status_code for r in replies] == [200] * len(xs)
+    assert [r.json()["y"] for r in replies] == [2 * x for x in xs]
+
+
+def test_a_batched_function_behind_a_bearer_token_from_the_environment() -> None:
+    env = {"MICROBATCH_AUTH_TOKEN": "from-env"}
+    with (
+        running("tests.http.models:double", env=env) as server,
+        httpx.Client(base_url=server.url) as client,
+    ):
+        refused = client.post("/predict", json={"x": 1})
+        allowed = client.post(
+            "/predict", json={"x": 1}, headers={"authorization": "Bearer from-env"}
+        )
+    assert refused.status_code == 401
+    assert allowed.json() == {"y": 2.0}
+
+
+def test_a_20_mib_body_gets_413_without_being_sent() -> None:
+    with (
+        running("tests.http.models:double") as server,
+        socket.create_connection(server.address, timeout=HANG_GUARD_S) as conn,
+    ):
+        conn.sendall(
+            b"POST /predict HTTP/1.1\r\nhost: test\r\ncontent-type: application/json\r\n"
+            b"content-length: 20971520\r\n\r\n" + b" " * 65536
+        )
+        reply = conn.recv(65536)
+    assert reply.startswith(b"HTTP/1.1 413 ")
+
+
+def test_a_slow_header_client_does_not_stall_others_and_is_cut_off() -> None:
+    xs = [x + 0.5 for x in range(20)]
+    with (
+        running("tests.http.models:double", "--header-timeout-s", "1") as server,
+        socket.create_connection(server.address, timeout=HANG_GUARD_S) as slow,
+    ):
+        slow.sendall(b"POST /predict HTTP/1.1\r\nhost: test\r\n")  # and no more
+        replies = asyncio.run(_post_all(server.url, xs))
+        assert [r.json()["y"] for r in replies] == [2 * x for x in xs]
+        cut_off = slow.recv(65536)
+        closed = slow.recv(65536)
+    assert cut_off.startswith(b"HTTP/1.1 408 ")
+    assert closed == b""
+
+
+def test_sigterm_under_load_answers_every_accepted_request_and_exits_0() -> None:
+    xs = [float(x) for x in range(40)]
+    with running("tests.http.models:slow_service", "--log-level", "warning") as server:
+
+        async def load_then_terminate() -> tuple[list[httpx.Response], int | None]:
+            async with httpx.AsyncClient(base_url=server.url, timeout=HANG_GUARD_S) as client:
+                requests = [
+                    asyncio.ensure_future(client.post("/predict", json={"x": x})) for x in xs
+                ]
+                await _until_in_service(client, len(xs))
+                server.process.send_signal(signal.SIGTERM)
+                probe = await _ready_status_on_a_new_connection(server.url)
+                return list(await asyncio.gather(*requests)), probe
+
+        replies, probe = asyncio.run(load_then_terminate())
+        exit_code = server.process.wait(HANG_GUARD_S)
+    assert [r.status_code for r in replies] == [200] * len(xs)
+    assert [r.json()["y"] for r in replies] == [2 * x for x in xs]
+    assert probe in (None, 503)  # refused, or not ready: never 200 once draining
+    assert exit_code == 0
+
+
+async def _until_in_service(client: httpx.AsyncClient, count: int) -> None:
+    """Scrape /metrics until ``count`` items are inside the service (bounded)."""
+    give_up = time.monotonic() + HANG_GUARD_S
+    while f"microbatch_items_in_service {float(count)}" not in (await client.get("/metrics")).text:
+        assert time.monotonic() < give_up, "the requests never reached the service"
+        await asyncio.sleep(0.02)
+
+
+async def _ready_status_on_a_new_connection(url: str) -> int | None:
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=HANG_GUARD_S) as probe:
+            return (await probe.get("/health/ready")).status_code
+    except httpx.TransportError:
+        return None
+
+
+def test_a_bad_target_exits_2_with_a_message() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "microbatch", "serve", "tests.http.models:nothing_here"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+    )
+    assert done.returncode == 2
+    assert "nothing_here" in done.stderr
+
+
+def test_a_service_that_cannot_start_exits_non_zero_without_serving() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "microbatch", "serve", "tests.http.models:broken_service"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+    )
+    assert done.returncode != 0
+    assert "microbatch serving on" not in done.stdout
+    assert "no weights at /nowhere" in done.stderr
