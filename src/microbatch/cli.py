@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from . import __version__
 from .decorator import batch
 from .stats import BatcherStats
+from .tune import command as tune
 
 __all__ = ["main"]
 
@@ -28,7 +29,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--seconds", type=float, default=3.0, help="length of each run")
     demo.add_argument("--max-batch-size", type=int, default=64)
     demo.add_argument("--max-latency-ms", type=float, default=10.0)
+    tune.add_parser(commands)
     args = parser.parse_args(argv)
+    if args.command == "tune":
+        return tune.run(args)
     if args.command == "demo":
         run_demo(args.callers, args.threads, args.seconds, args.max_batch_size, args.max_latency_ms)
     return 0
