@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from examples.classifier import IrisPrediction, IrisRequest, make_service
 
+from examples.classifier import IrisPrediction, IrisRequest, make_service
 from microbatch.errors import RemoteError
 
 pytestmark = pytest.mark.timeout(120)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from examples.pipeline import LanguageGuess, LanguageRequest, make_service
 
+from examples.pipeline import LanguageGuess, LanguageRequest, make_service
 from microbatch.errors import RemoteError
 
 pytestmark = pytest.mark.timeout(120)
