@@ -136,9 +136,12 @@ def plot(advice: Advice, path: str | Path, target: str = "") -> None:
         left.set_title(f"{stage.curve.name}: time per batch")
         right.plot(sizes, [stage.curve.items_per_s(p) for p in stage.curve.points], "o-")
         right.set_ylabel("items/s")
-        right.set_title(f"{stage.curve.name}: throughput ({stage.curve.workers} workers)")
+        workers = stage.curve.workers
+        right.set_title(f"{stage.curve.name}: throughput ({workers} worker{'s' * (workers > 1)})")
+        right.set_ylim(bottom=0)
         for axis in (left, right):
             axis.set_xscale("log", base=2)
+            axis.set_xticks(sizes, [str(n) for n in sizes])
             axis.set_xlabel("batch size")
             axis.axvline(stage.max_batch_size, color="tab:red", linestyle=":")
             axis.grid(True, alpha=0.3)
