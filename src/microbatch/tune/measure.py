@@ -117,7 +117,7 @@ def measure_service(
     curves = []
     for stage in service.stages:
         progress(f"stage {stage.name}: setting up")
-        with _environment(stage.env):
+        with _environment(_worker_env(stage)):
             model = _build(stage)
             outputs = _run_examples(stage, model, items)
             progress(f"stage {stage.name}: timing batches of {', '.join(map(str, sizes))}")
@@ -155,6 +155,13 @@ def _run_examples(stage: Stage, model: Model, items: list[Any]) -> list[Any]:
         if isinstance(output, BaseException):
             raise TuneError(f"stage {stage.name!r} failed on example {i}: {output!r}")
     return outputs
+
+
+def _worker_env(stage: Stage) -> Mapping[str, str]:
+    """The environment of the stage's first worker (``env`` may be a function of the
+    worker index)."""
+    env: Any = stage.env
+    return dict(env(0) if callable(env) else env)
 
 
 @contextlib.contextmanager
