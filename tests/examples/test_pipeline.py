@@ -35,7 +35,8 @@ async def test_identifies_languages_through_three_stages() -> None:
     assert all(isinstance(a, LanguageGuess) for a in answers)
     assert [a.language for a in answers] == list(SENTENCES.values())
     assert all(0.25 < a.probability <= 1.0 for a in answers)
-    assert [s.batching.items for s in stats.stages] == [len(SENTENCES) + 4] * 3  # + warm-up
+    items = [s.batching.items for s in stats.stages]
+    assert items[0] == items[1] == items[2] >= len(SENTENCES)  # every item ran every stage
     assert not service.ready
 
 
@@ -49,4 +50,5 @@ async def test_a_text_without_letters_fails_alone_in_the_first_stage() -> None:
         stats = service.stats()
     assert isinstance(outcomes[0], RemoteError) and outcomes[0].type_name == "ValueError"
     assert outcomes[1] == LanguageGuess("fr", outcomes[1].probability)  # type: ignore[union-attr]
-    assert stats.stages[2].batching.items == 4 + 1  # the bad text never reached the scorer
+    first, second, third = (s.batching.items for s in stats.stages)
+    assert third == second == first - 1  # the bad text never reached the later stages
