@@ -17,11 +17,11 @@ def run(*command: str) -> None:
 
 
 def test_ruff_lint() -> None:
-    run("ruff", "check", "src", "tests", "benchmarks")
+    run("ruff", "check", "src", "tests", "benchmarks", "examples")
 
 
 def test_ruff_format() -> None:
-    run("ruff", "format", "--check", "src", "tests", "benchmarks")
+    run("ruff", "format", "--check", "src", "tests", "benchmarks", "examples")
 
 
 def test_mypy_strict_on_the_package_and_the_typed_api_examples() -> None:

@@ -12,6 +12,7 @@ from . import __version__
 from .decorator import batch
 from .http.server import add_serve_arguments, run_serve
 from .stats import BatcherStats
+from .tune import command as tune
 
 __all__ = ["main"]
 
@@ -32,9 +33,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_serve_arguments(
         commands.add_parser("serve", help="serve a Service or @batch function over HTTP")
     )
+    tune.add_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "serve":
         return run_serve(args)
+    if args.command == "tune":
+        return tune.run(args)
     if args.command == "demo":
         run_demo(args.callers, args.threads, args.seconds, args.max_batch_size, args.max_latency_ms)
     return 0

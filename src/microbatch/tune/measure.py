@@ -1,0 +1,178 @@
+"""Measuring a service's models in this process, stage after stage, for ``tune``."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from ..pipeline import Model, Service, Stage, WorkerContext
+from .advice import Measurement, StageCurve
+
+__all__ = ["TuneError", "batch_sizes", "load_service", "measure_model", "measure_service"]
+
+Timer = Callable[[], float]
+
+
+class TuneError(Exception):
+    """The service cannot be measured (bad target, no examples, a failing model)."""
+
+
+def load_service(target: str) -> Service:
+    """Import ``MODULE:ATTR`` (the current directory is searched first) and return it.
+
+    Raises:
+        TuneError: The target is malformed, cannot be imported, or is not a Service.
+    """
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise TuneError(f"expected MODULE:ATTR (e.g. examples.embeddings:service), got {target!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TuneError(f"cannot import {module_name!r}: {exc}") from exc
+    service = getattr(module, attr, None)
+    if not isinstance(service, Service):
+        raise TuneError(f"{target} is {type(service).__name__}, not a microbatch.Service")
+    return service
+
+
+def batch_sizes(max_batch: int) -> list[int]:
+    """1, 2, 4, ... up to ``max_batch``, which is included even if not a power of two."""
+    if max_batch < 1:
+        raise ValueError(f"max_batch must be >= 1, got {max_batch!r}")
+    sizes = [1 << i for i in range(max_batch.bit_length()) if 1 << i <= max_batch]
+    return sizes if sizes[-1] == max_batch else [*sizes, max_batch]
+
+
+def measure_model(
+    model: Model,
+    examples: Sequence[Any],
+    sizes: Sequence[int],
+    *,
+    repeats: int = 5,
+    warmup: int = 1,
+    timer: Timer = time.perf_counter,
+) -> tuple[list[Measurement], int | None]:
+    """Time ``model.predict`` on the examples repeated to each batch size.
+
+    Each size runs ``warmup`` times unmeasured, then ``repeats`` times measured; its
+    time is the median. Sizes stop at the first that runs out of memory
+    (``MemoryError``, or an error whose message says "out of memory", like CUDA's).
+
+    Returns:
+        The measurements, and the batch size that ran out of memory (or ``None``).
+    """
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"need repeats >= 1 and warmup >= 0, got {repeats!r}, {warmup!r}")
+    points: list[Measurement] = []
+    for size in sizes:
+        batch = [examples[i % len(examples)] for i in range(size)]
+        times: list[float] = []
+        try:
+            for _ in range(warmup):
+                model.predict(batch)
+            for _ in range(repeats):
+                start = timer()
+                model.predict(batch)
+                times.append(timer() - start)
+        except Exception as exc:
+            if isinstance(exc, MemoryError) or "out of memory" in str(exc).lower():
+                gc.collect()
+                return points, size
+            raise
+        points.append(Measurement(size, max(statistics.median(times), 1e-9)))
+    return points, None
+
+
+def measure_service(
+    service: Service,
+    *,
+    max_batch: int = 64,
+    repeats: int = 5,
+    warmup: int = 1,
+    timer: Timer = time.perf_counter,
+    progress: Callable[[str], None] = lambda line: None,
+) -> list[StageCurve]:
+    """Build each stage's model here, set it up and measure it on the warm-up examples.
+
+    Stage k + 1 is fed what stage k returned for the examples. One model is in
+    memory at a time; each stage's ``env`` is set while its model is built and run.
+
+    Raises:
+        TuneError: The service has no examples, or a model failed on them.
+    """
+    if not service.examples:
+        raise TuneError("the service has no warm-up examples: tune runs the models on them")
+    sizes = batch_sizes(max_batch)
+    items = list(service.examples)
+    curves = []
+    for stage in service.stages:
+        progress(f"stage {stage.name}: setting up")
+        with _environment(_worker_env(stage)):
+            model = _build(stage)
+            outputs = _run_examples(stage, model, items)
+            progress(f"stage {stage.name}: timing batches of {', '.join(map(str, sizes))}")
+            points, memory_limit = measure_model(
+                model, items, sizes, repeats=repeats, warmup=warmup, timer=timer
+            )
+        if not points:
+            raise TuneError(f"stage {stage.name!r} ran out of memory on a batch of one")
+        curves.append(StageCurve(stage.name, stage.workers, tuple(points), memory_limit))
+        del model
+        gc.collect()
+        items = outputs
+    return curves
+
+
+def _build(stage: Stage) -> Model:
+    try:
+        model = stage.model(*stage.args, **stage.kwargs)
+        model.setup(WorkerContext(stage.name, 0))
+    except Exception as exc:
+        raise TuneError(f"stage {stage.name!r}: setup failed: {exc!r}") from exc
+    return model
+
+
+def _run_examples(stage: Stage, model: Model, items: list[Any]) -> list[Any]:
+    try:
+        outputs = list(model.predict(items))
+    except Exception as exc:
+        raise TuneError(f"stage {stage.name!r} failed on the examples: {exc!r}") from exc
+    if len(outputs) != len(items):
+        raise TuneError(
+            f"stage {stage.name!r} returned {len(outputs)} results for {len(items)} examples"
+        )
+    for i, output in enumerate(outputs):
+        if isinstance(output, BaseException):
+            raise TuneError(f"stage {stage.name!r} failed on example {i}: {output!r}")
+    return outputs
+
+
+def _worker_env(stage: Stage) -> Mapping[str, str]:
+    """The environment of the stage's first worker (``env`` may be a function of the
+    worker index)."""
+    env: Any = stage.env
+    return dict(env(0) if callable(env) else env)
+
+
+@contextlib.contextmanager
+def _environment(env: Mapping[str, str]) -> Iterator[None]:
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
