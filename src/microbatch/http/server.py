@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib
 import ipaddress
 import logging
 import os
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from ..loading import load_target
 from .app import HttpApp, HttpConfig
 from .target import as_target
 
@@ -31,7 +31,6 @@ __all__ = [
     "HeaderGuardedProtocol",
     "ServeSettings",
     "add_serve_arguments",
-    "load_served",
     "run_serve",
     "serve",
 ]
@@ -216,25 +215,6 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def load_served(spec: str) -> object:
-    """Import ``MODULE:ATTR`` (ATTR may be dotted), with the working directory importable.
-
-    Raises:
-        ValueError: ``spec`` is not ``MODULE:ATTR``.
-        ImportError: The module cannot be imported.
-        AttributeError: The module has no such attribute.
-    """
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise ValueError(f"expected MODULE:ATTR, got {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    served: object = importlib.import_module(module_name)
-    for part in attribute.split("."):
-        served = getattr(served, part)
-    return served
-
-
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the ``serve`` subcommand's arguments on ``parser``."""
     defaults = ServeSettings()
@@ -279,7 +259,7 @@ def run_serve(args: argparse.Namespace) -> int:
     )
     token = args.auth_token or os.environ.get("MICROBATCH_AUTH_TOKEN") or None
     try:
-        served = load_served(args.target)
+        served = load_target(args.target)
         app = HttpApp(
             as_target(served),
             HttpConfig(

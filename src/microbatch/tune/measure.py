@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import importlib
 import os
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from ..loading import load_target
 from ..pipeline import Model, Service, Stage, WorkerContext
 from .advice import Measurement, StageCurve
 
@@ -30,16 +29,10 @@ def load_service(target: str) -> Service:
     Raises:
         TuneError: The target is malformed, cannot be imported, or is not a Service.
     """
-    module_name, _, attr = target.partition(":")
-    if not module_name or not attr:
-        raise TuneError(f"expected MODULE:ATTR (e.g. examples.embeddings:service), got {target!r}")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise TuneError(f"cannot import {module_name!r}: {exc}") from exc
-    service = getattr(module, attr, None)
+        service = load_target(target)
+    except (ValueError, ImportError, AttributeError) as exc:
+        raise TuneError(f"cannot load {target!r}: {exc}") from exc
     if not isinstance(service, Service):
         raise TuneError(f"{target} is {type(service).__name__}, not a microbatch.Service")
     return service
