@@ -32,7 +32,8 @@ def load_service(target: str) -> Service:
     try:
         service = load_target(target)
     except (ValueError, ImportError, AttributeError) as exc:
-        raise TuneError(f"cannot load {target!r}: {exc}") from exc
+        reason = "cannot import" if isinstance(exc, ImportError) else "cannot load"
+        raise TuneError(f"{reason} {target!r}: {exc}") from exc
     if not isinstance(service, Service):
         raise TuneError(f"{target} is {type(service).__name__}, not a microbatch.Service")
     return service
