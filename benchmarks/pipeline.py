@@ -291,6 +291,7 @@ async def overhead_async(batch: list[Any], calls: int, blocks: int) -> dict[str,
     pool = ProcessPool(stage)
     service = Service(Stage(Identity, workers=1, batching=BatchConfig(max_batch_size=BATCH)))
     await pool.start()
+    await pool.warm_up([])  # no examples: the workers take batches from now on
     await service.start()
     try:
         _check_same(await pool.run(batch), batch)

@@ -18,7 +18,7 @@ import pytest
 
 from microbatch import BatchConfig, BatcherClosed, DeadlineExceeded
 from microbatch.errors import RemoteError, StageFailed
-from microbatch.pipeline import Model, Service, Stage
+from microbatch.pipeline import Model, ProcessPool, Service, Stage
 from tests.integration.pipeline_models import (
     AddOne,
     CountsBatches,
@@ -279,3 +279,15 @@ async def test_items_whose_callers_left_are_not_computed_by_the_next_stage() -> 
     assert all(isinstance(outcomes[i], asyncio.CancelledError) for i in (1, 3, 5))
     assert isinstance(outcomes[6], DeadlineExceeded)
     assert sorted(item[0] for item in Recorder.seen) == [0, 2, 4]
+
+
+async def test_a_pool_asked_to_run_before_its_warm_up_fails_fast() -> None:
+    pool = ProcessPool(Stage(Identity))
+    await pool.start()
+    try:
+        (outcome,) = await asyncio.wait_for(pool.run([1]), timeout=10)
+        assert isinstance(outcome, StageFailed) and "before warm_up" in str(outcome)
+        await pool.warm_up([])
+        assert await pool.run([1]) == [1]
+    finally:
+        await pool.close()

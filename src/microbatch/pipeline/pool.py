@@ -121,6 +121,9 @@ class ProcessPool:
         batch = Batch(items, asyncio.get_running_loop().create_future(), self.stage.idempotent)
         if self._failed is not None:
             return [self._failed] * len(items)
+        if self._warm_up_items is None:  # no worker would ever take it
+            failure = StageFailed(f"stage {self.stage.name!r}: run() before warm_up()")
+            return [failure] * len(items)
         self._backlog.append(batch)
         self._pump()
         try:
