@@ -63,10 +63,12 @@ class Batcher(Generic[T, R]):
         fn: The batch function.
         config: Batching settings; or pass them as keyword arguments.
         clock: Time source (a FakeClock in tests).
-        run_ahead: Whether one full batch may be handed to ``fn`` while every slot
-            is busy, to wait there for the running one (default: for plain
-            functions, whose thread pool queues it; set it for an async ``fn``
-            that queues it itself, like a worker pool).
+        run_ahead: Whether a batch may be handed to ``fn`` while every slot is busy,
+            to wait there for a running one (at most one per slot; the policy says
+            when: a full batch at once, otherwise when that beats waiting for the
+            running batch's callers to come back). Default: for plain functions,
+            whose thread pool queues it; set it for an async ``fn`` that queues it
+            itself, like a worker pool.
         **settings: Fields of :class:`~microbatch.config.BatchConfig`.
     """
 
@@ -203,7 +205,7 @@ class Batcher(Generic[T, R]):
         if deadline is not None:
             entry.timer = self._clock.call_at(deadline, partial(self._expire, entry))
         self._queue.add(entry, now)
-        if self._free_slots:
+        if self._free_slots or self._may_run_ahead():
             self._dispatch()
         return entry
 
@@ -267,7 +269,8 @@ class Batcher(Generic[T, R]):
             queue.head()
             clock_now = self._now()
             now = clock_now if now is None or clock_now > now else now
-            if self._free_slots and not self._closing:
+            if not self._closing:
+                state.behind = not self._free_slots
                 at = self._policy.release_at(state, now)
                 if at > now:
                     self._wake_at(at)
@@ -276,15 +279,13 @@ class Batcher(Generic[T, R]):
             now = None
 
     def _may_run_ahead(self) -> bool:
-        """Whether a full batch may be handed over to wait for the running one.
+        """Whether a batch may be handed over to wait for a running one.
 
         A thread (or worker) that finishes a batch then starts the next at once,
         instead of waiting for the event loop (and the GIL) to hand it over: this
         keeps a saturated model busy back to back.
         """
-        return (
-            self._run_ahead and not self._ahead and self._state.size >= self.config.max_batch_size
-        )
+        return self._run_ahead and self._ahead < self.config.max_concurrent_batches
 
     def _wake_at(self, at: float) -> None:
         if self._timer is not None:
@@ -394,7 +395,8 @@ class Batcher(Generic[T, R]):
         outcomes = await run_batch_async(
             fn, [entry.item for entry in live], self.config.isolate_errors, _wanted(live)
         )
-        return live, outcomes, self._now() - start
+        # A batch handed over behind a running one started when that one finished.
+        return live, outcomes, self._now() - max(start, self._state.last_finish_s)
 
     def _execute_in_thread(self, batch: list[_Entry]) -> tuple[list[_Entry], list[Any], float]:
         """Runs in a pool thread. Items answered meanwhile (deadline, cancelled) are skipped."""

@@ -45,6 +45,11 @@ class QueueState:
         recent_peak: Most items queued or in flight at once, over the last one to two
             windows of ``peak_window_s``: how many callers are around.
         peak_window_s: Length of that window.
+        turnaround_s: How long after a batch finishes as many items have arrived as
+            it held (averaged): in a closed loop, the time its callers take to
+            come back. ``None`` before the first measurement.
+        behind: The batch asked about would wait behind a running one (every slot
+            is busy and the function queues batches itself).
     """
 
     size: int = 0
@@ -57,8 +62,12 @@ class QueueState:
     last_finish_s: float = float("-inf")
     recent_peak: int = 0
     peak_window_s: float = 1.0
+    turnaround_s: float | None = None
+    behind: bool = False
     _window_start: float = float("-inf")
     _window_peak: int = 0
+    _returning: int = 0  # arrivals still expected to measure the turnaround
+    _returned_from: float = 0.0  # when the batch being measured finished
 
     def arrived(self, now: float, size: int) -> None:
         """Count one new queued item of ``size`` units that arrived at ``now``."""
@@ -69,6 +78,10 @@ class QueueState:
             self.arrival_gap_s = gap if mean is None else mean + weight * (gap - mean)
         if not self.count:
             self.oldest_arrival_s = now
+        if self._returning:
+            self._returning -= 1
+            if not self._returning:
+                self._turned_around(now - self._returned_from)
         self.newest_arrival_s = now
         self.arrivals += 1
         self.count += 1
@@ -99,6 +112,14 @@ class QueueState:
         """A batch of ``count`` items finished at ``now``."""
         self.in_flight -= count
         self.last_finish_s = now
+        if self._returning:  # the last batch's callers are not all back yet
+            self._turned_around(now - self._returned_from)
+        self._returning = count
+        self._returned_from = now
+
+    def _turned_around(self, seconds: float) -> None:
+        mean = self.turnaround_s
+        self.turnaround_s = seconds if mean is None else mean + 0.2 * (seconds - mean)
 
 
 @runtime_checkable
@@ -239,6 +260,12 @@ class AdaptivePolicy:
 
     Otherwise it asks to be woken at the earlier of the latency limit (3) and the
     overdue time (6), or at the next arrival.
+
+    A batch that would wait behind a running one (``state.behind``) is held back,
+    unless full or at the latency limit, while merging it with the running batch's
+    callers pays: they come back within the turnaround, and one batch instead of
+    two saves ``cost(queued) + cost(running) - cost(both)`` of model time. Holding
+    it costs at most the turnaround, so it pays when the turnaround is shorter.
     """
 
     def __init__(
@@ -262,17 +289,20 @@ class AdaptivePolicy:
         """The release time by the rules in the class docstring.
 
         ``reason`` names the rule behind the last decision ("full", "callers",
-        "latency", "no-arrival", "keeps-up", "paused", or "wait").
+        "latency", "merge", "no-arrival", "keeps-up", "paused", or "wait").
         """
         size = state.size
         if size >= self.max_batch_size or self.max_latency_s <= 0:
             self.reason = "full"
             return now
+        cost = self.cost
+        latest = state.oldest_arrival_s + self.max_latency_s - cost.predict(size + 1)
+        if state.behind and latest > now and self._merging_pays(state):
+            self.reason = "merge"
+            return latest
         if state.count + state.in_flight >= state.recent_peak:
             self.reason = "callers"
             return now
-        cost = self.cost
-        latest = state.oldest_arrival_s + self.max_latency_s - cost.predict(size + 1)
         gap = state.arrival_gap_s
         if latest <= now or gap is None:
             self.reason = "latency"
@@ -295,6 +325,15 @@ class AdaptivePolicy:
         at = min(latest, max(state.newest_arrival_s, state.last_finish_s) + patience)
         self.reason = "paused" if at <= now else "wait"
         return at
+
+    def _merging_pays(self, state: QueueState) -> bool:
+        turnaround = state.turnaround_s
+        both = state.size + state.in_flight
+        if turnaround is None or both > self.max_batch_size:
+            return False
+        cost = self.cost
+        saved = cost.predict(state.size) + cost.predict(state.in_flight) - cost.predict(both)
+        return turnaround < saved
 
     def batch_finished(self, size: int, duration_s: float) -> None:
         """Feed the cost model."""

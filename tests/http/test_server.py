@@ -123,6 +123,46 @@ def test_a_slow_header_client_does_not_stall_others_and_is_cut_off() -> None:
     assert closed == b""
 
 
+def test_a_slow_body_gets_408_and_others_are_served() -> None:
+    with (
+        running("tests.http.models:double", "--body-timeout-s", "0.5") as server,
+        socket.create_connection(server.address, timeout=HANG_GUARD_S) as slow,
+    ):
+        slow.sendall(
+            b"POST /predict HTTP/1.1\r\nhost: test\r\ncontent-type: application/json\r\n"
+            b"content-length: 100\r\n\r\n" + b'{"x": '  # and no more
+        )
+        replies = asyncio.run(_post_all(server.url, [1.5, 2.5]))
+        cut_off = slow.recv(65536)
+    assert [r.json()["y"] for r in replies] == [3.0, 5.0]
+    assert cut_off.startswith(b"HTTP/1.1 408 ")
+
+
+def test_a_client_that_disconnects_while_queued_is_never_computed() -> None:
+    with running("tests.http.models:double") as server:
+
+        async def hold_the_slot_then_leave() -> httpx.Response:
+            async with httpx.AsyncClient(base_url=server.url, timeout=HANG_GUARD_S) as client:
+                busy = asyncio.ensure_future(client.post("/predict", json={"x": 7}))  # 0.5 s
+                await asyncio.sleep(0.1)
+                _, writer = await asyncio.open_connection(*server.address)
+                body = b'{"x": 4}'
+                writer.write(
+                    b"POST /predict HTTP/1.1\r\nhost: test\r\ncontent-type: application/json"
+                    b"\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+                )
+                await writer.drain()
+                await asyncio.sleep(0.1)
+                writer.close()  # gone while its item waits behind the busy batch
+                return await busy
+
+        held = asyncio.run(hold_the_slot_then_leave())
+        metrics = httpx.get(server.url + "/metrics").text
+    assert held.json() == {"y": 14.0}
+    assert 'microbatch_items_dropped_total{reason="cancelled",stage="double"} 1.0' in metrics
+    assert 'microbatch_http_requests_total{route="/predict",status="499"} 1.0' in metrics
+
+
 def test_sigterm_under_load_answers_every_accepted_request_and_exits_0() -> None:
     xs = [float(x) for x in range(40)]
     with running("tests.http.models:slow_service", "--log-level", "warning") as server:

@@ -19,6 +19,7 @@ import pytest
 from microbatch import BatchConfig, BatcherClosed, DeadlineExceeded
 from microbatch.errors import RemoteError, StageFailed
 from microbatch.pipeline import Model, ProcessPool, Service, Stage
+from microbatch.pipeline.pool import BATCHES_PER_WORKER
 from tests.integration.pipeline_models import (
     AddOne,
     CountsBatches,
@@ -186,12 +187,13 @@ async def test_close_after_the_grace_period_answers_what_is_still_queued() -> No
     stage = Stage(Slow, batching=batching(max_latency_ms=0, max_batch_size=1), args=(0.3,))
     service = Service(stage, grace_s=0.05)
     await service.start()
-    calls = [asyncio.create_task(service.submit(i)) for i in range(4)]
+    calls = [asyncio.create_task(service.submit(i)) for i in range(5)]
     await asyncio.sleep(0.05)
     await service.close()
     results = await asyncio.gather(*calls, return_exceptions=True)
-    assert results[0][0] == 0  # the running batch finished
-    assert all(isinstance(r, BatcherClosed) for r in results[1:])
+    # The worker finishes what it holds: the running batch and the next, in its pipe.
+    assert [r[0] for r in results[:BATCHES_PER_WORKER]] == list(range(BATCHES_PER_WORKER))
+    assert all(isinstance(r, BatcherClosed) for r in results[BATCHES_PER_WORKER:])
     assert not children()
 
 

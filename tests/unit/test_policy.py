@@ -150,6 +150,37 @@ class TestAdaptive:
         state.recent_peak = 100  # many callers around: rule 2 does not fire
         assert policy.release_at(state, 0.0) == 0.0
 
+    def behind(self, *, turnaround_s: float) -> tuple[AdaptivePolicy, QueueState]:
+        """8 of 16 callers queued behind a running batch of the other 8."""
+        policy = self.make()
+        for size in (4, 8, 16) * 10:
+            policy.batch_finished(size, 0.002 + 0.00002 * size)  # 2 ms per batch saved
+        state = queue(0.0, [1e-4 * i for i in range(8)], in_flight=8)
+        state.recent_peak = 16
+        state.turnaround_s = turnaround_s
+        state.behind = True
+        return policy, state
+
+    def test_holds_a_batch_behind_a_running_one_while_merging_pays(self) -> None:
+        policy, state = self.behind(turnaround_s=0.0005)  # callers back within 0.5 ms
+        now = 0.001
+        at = policy.release_at(state, now)
+        assert policy.reason == "merge"
+        assert at == pytest.approx(0.010 - policy.cost.predict(9))  # the latency bound
+
+    def test_sends_a_batch_behind_a_running_one_when_callers_come_back_slowly(self) -> None:
+        policy, state = self.behind(turnaround_s=0.003)  # longer than the 2 ms saved
+        now = 0.001
+        assert policy.release_at(state, now) == now
+        assert policy.reason == "callers"
+
+    def test_a_full_batch_goes_behind_a_running_one_at_once(self) -> None:
+        policy, state = self.behind(turnaround_s=0.0)
+        for i in range(56):
+            state.arrived(0.001 + 1e-6 * i, 1)
+        assert policy.release_at(state, 0.002) == 0.002
+        assert policy.reason == "full"
+
     def test_zero_latency_bound_means_no_waiting(self) -> None:
         policy = self.make(latency_s=0.0)
         state = queue(0.0, [0.0])
@@ -164,6 +195,24 @@ def test_make_policy_builds_a_fresh_policy_per_batcher() -> None:
     assert first.slots == 2
     fixed = make_policy(BatchConfig(policy="fixed", max_latency_ms=5))
     assert isinstance(fixed, FixedPolicy) and fixed.max_latency_s == pytest.approx(0.005)
+
+
+def test_turnaround_is_the_time_until_as_many_items_arrived_as_finished() -> None:
+    state = QueueState()
+    for i in range(3):
+        state.arrived(i * 1e-6, 1)
+    state.released(3, 3)
+    state.finished(3, 1.000)
+    assert state.turnaround_s is None
+    for at in (1.001, 1.002, 1.004):
+        state.arrived(at, 1)
+    assert state.turnaround_s == pytest.approx(0.004)
+    state.released(3, 3)
+    state.finished(3, 2.000)
+    state.arrived(2.001, 1)
+    state.released(1, 1)
+    state.finished(1, 2.009)  # two callers never came back: measured up to here
+    assert state.turnaround_s == pytest.approx(0.004 + 0.2 * (0.009 - 0.004))
 
 
 def test_peak_of_callers_is_forgotten_after_two_windows() -> None:

@@ -22,7 +22,16 @@ import msgspec
 
 from .. import __version__
 from ..errors import RemoteError
-from .asgi import Receive, Scope, Send, header, send_response
+from .asgi import (
+    BODY_DEADLINE_EXTENSION,
+    DISCONNECT_EXTENSION,
+    Receive,
+    Scope,
+    Send,
+    extension,
+    header,
+    send_response,
+)
 from .codecs import CODECS, JSON, Codec, codec_for_accept, codec_for_content_type
 from .metrics import HttpMetrics
 from .schema import docs_page, openapi_document
@@ -191,7 +200,7 @@ class HttpApp:
         decode = self._decoders[codec_for_content_type(header(scope, b"content-type")).name]
         encoder = codec_for_accept(header(scope, b"accept"))
         item = decode(await self._read_body(scope, receive))
-        result = await self._result(item, deadline, receive)
+        result = await self._result(scope, item, deadline, receive)
         await send_response(send, 200, _encode(encoder, result), encoder.media_type)
         return 200
 
@@ -244,6 +253,8 @@ class HttpApp:
                 raise BadRequest("Content-Length is not a number") from None
             if length > limit:
                 raise BodyTooLarge(f"the body has {length} bytes; the limit is {limit}")
+        if extension(scope, BODY_DEADLINE_EXTENSION) is not None:
+            return await _receive_body(receive, limit)  # the server keeps the deadline
         try:
             if sys.version_info >= (3, 11):
                 async with asyncio.timeout(self.config.body_timeout_s):
@@ -254,8 +265,36 @@ class HttpApp:
                 f"the body did not arrive within {self.config.body_timeout_s} s"
             ) from None
 
-    async def _result(self, item: Any, deadline: float, receive: Receive) -> Any:
+    async def _result(self, scope: Scope, item: Any, deadline: float, receive: Receive) -> Any:
         """Await the item's result; a client that disconnects first cancels it."""
+        disconnect = extension(scope, DISCONNECT_EXTENSION)
+        if disconnect is None:
+            return await self._watched_result(item, deadline, receive)
+        task = asyncio.current_task()
+        assert task is not None
+        waiting, gone = True, False
+
+        def cancel() -> None:
+            nonlocal gone
+            if waiting:
+                gone = True
+                task.cancel()
+
+        disconnect["register"](cancel)
+        try:
+            return await self.target.submit(item, deadline=deadline)
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            if sys.version_info >= (3, 11):
+                task.uncancel()
+            raise ClientDisconnected from None
+        finally:
+            waiting = False
+
+    async def _watched_result(self, item: Any, deadline: float, receive: Receive) -> Any:
+        """:meth:`_result` under a server without the disconnect extension: a task
+        watches ``receive()`` for the disconnect."""
         loop = asyncio.get_running_loop()
         submitted = loop.create_task(self.target.submit(item, deadline=deadline))
         watcher = loop.create_task(_cancel_on_disconnect(receive, submitted))

@@ -8,13 +8,34 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
-__all__ = ["Headers", "Message", "Receive", "Scope", "Send", "header", "send_response"]
+__all__ = [
+    "BODY_DEADLINE_EXTENSION",
+    "DISCONNECT_EXTENSION",
+    "Headers",
+    "Message",
+    "Receive",
+    "Scope",
+    "Send",
+    "extension",
+    "header",
+    "send_response",
+]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
+
+DISCONNECT_EXTENSION = "microbatch.on_disconnect"
+"""Scope extension set by ``microbatch serve``: ``{"register": register}``; after
+``register(callback)`` the server calls ``callback()`` once if the client goes away
+before the response is complete. Without it, the app watches ``receive()`` in a task
+of its own."""
+
+BODY_DEADLINE_EXTENSION = "microbatch.body_deadline"
+"""Scope extension set by ``microbatch serve``: the server itself answers 408 and
+closes the connection when a body is slower than ``{"timeout_s": ...}``."""
 
 
 def header(scope: Scope, name: bytes) -> bytes | None:
@@ -23,6 +44,12 @@ def header(scope: Scope, name: bytes) -> bytes | None:
         if key == name:
             return value  # type: ignore[no-any-return]
     return None
+
+
+def extension(scope: Scope, name: str) -> Any:
+    """The value of ASGI scope extension ``name``, or ``None`` if the server gave none."""
+    extensions = scope.get("extensions")
+    return None if extensions is None else extensions.get(name)
 
 
 async def send_response(

@@ -6,9 +6,10 @@ service (queues, batches, workers) is read from ``stats()`` when Prometheus scra
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -20,7 +21,7 @@ from prometheus_client.registry import Collector
 
 from ..pipeline.service import ServiceStats
 
-__all__ = ["BATCH_SIZE_BUCKETS", "HttpMetrics", "ServiceCollector"]
+__all__ = ["BATCH_SIZE_BUCKETS", "HttpMetrics", "RequestCollector", "ServiceCollector"]
 
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 """Upper bounds of the batch-size histogram (batch units)."""
@@ -107,6 +108,70 @@ def _cumulative(batch_sizes: Mapping[int, int]) -> tuple[list[tuple[str, float]]
     return buckets, float(sum(size * count for size, count in pairs))
 
 
+class RequestCollector(Collector):
+    """Counts finished requests by route and status, and their latencies by route.
+
+    Recording is a dict update and a bisection, with no lock (the event loop records
+    from one thread): cheap enough for every request. Prometheus families are built
+    only when it scrapes.
+    """
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, int], int] = {}
+        self._latencies: dict[str, _Histogram] = {}
+
+    def record(self, route: str, status: int, seconds: float) -> None:
+        """Count one finished request and its latency."""
+        key = (route, status)
+        self._counts[key] = self._counts.get(key, 0) + 1
+        histogram = self._latencies.get(route)
+        if histogram is None:
+            histogram = self._latencies[route] = _Histogram(_LATENCY_BUCKETS_S)
+        histogram.observe(seconds)
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield the request counter and the latency histogram."""
+        requests = CounterMetricFamily(
+            "microbatch_http_requests",
+            "HTTP requests by route and status",
+            labels=["route", "status"],
+        )
+        for (route, status), count in sorted(self._counts.items()):
+            requests.add_metric([route, str(status)], count)
+        latency = HistogramMetricFamily(
+            "microbatch_http_request_duration_seconds",
+            "Time from request start to response, by route",
+            labels=["route"],
+        )
+        for route, histogram in sorted(self._latencies.items()):
+            latency.add_metric([route], histogram.cumulative(), sum_value=histogram.total)
+        yield requests
+        yield latency
+
+
+class _Histogram:
+    """Counts per bucket (``counts[i]``: values up to ``bounds[i]``; the last: above)."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        running = 0
+        buckets: list[tuple[str, float]] = []
+        for bound, count in zip((*map(str, self.bounds), "+Inf"), self.counts, strict=True):
+            running += count
+            buckets.append((bound, float(running)))
+        return buckets
+
+
 class HttpMetrics:
     """The app's registry: per-request counters and latencies, and the service's stats.
 
@@ -118,33 +183,10 @@ class HttpMetrics:
 
     def __init__(self, stats: Callable[[], ServiceStats]) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        self._requests = Counter(
-            "microbatch_http_requests",
-            "HTTP requests by route and status",
-            ["route", "status"],
-            registry=self.registry,
-        )
-        self._latency = Histogram(
-            "microbatch_http_request_duration_seconds",
-            "Time from request start to response, by route",
-            ["route"],
-            buckets=_LATENCY_BUCKETS_S,
-            registry=self.registry,
-        )
+        self.requests = RequestCollector()
+        self.registry.register(self.requests)
         self.registry.register(ServiceCollector(stats))
-        self._counters: dict[tuple[str, int], Counter] = {}
-        self._histograms: dict[str, Histogram] = {}
-
-    def record(self, route: str, status: int, seconds: float) -> None:
-        """Count one finished request and its latency."""
-        counter = self._counters.get((route, status))
-        if counter is None:
-            counter = self._counters[route, status] = self._requests.labels(route, str(status))
-        counter.inc()
-        histogram = self._histograms.get(route)
-        if histogram is None:
-            histogram = self._histograms[route] = self._latency.labels(route)
-        histogram.observe(seconds)
+        self.record = self.requests.record
 
     def render(self) -> bytes:
         """The registry in Prometheus' text format."""

@@ -17,14 +17,15 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from ..loading import load_target
 from .app import HttpApp, HttpConfig
+from .asgi import BODY_DEADLINE_EXTENSION, DISCONNECT_EXTENSION
 from .target import as_target
 
 __all__ = [
@@ -42,6 +43,8 @@ _HEADERS_TOO_LARGE = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
     b"content-length: 0\r\nconnection: close\r\n\r\n"
 )
+
+_JOIN_LIMIT = 64 * 1024  # smaller bodies are copied behind the head; larger go as a list
 
 
 @dataclass(frozen=True)
@@ -71,67 +74,160 @@ class ServeSettings:
 
 
 class HeaderGuardedProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a deadline and a size cap on request headers.
+    """uvicorn's httptools protocol with read deadlines, a header size cap, and a
+    disconnect hook for the app.
 
-    uvicorn alone has neither: its keep-alive timer stops at the first byte, so a
-    client sending a header one byte at a time holds a connection for as long as it
-    likes (slowloris).
+    uvicorn alone has no read deadline: its keep-alive timer stops at the first
+    byte, so a client sending a request one byte at a time holds a connection for as
+    long as it likes (slowloris). Here one timer covers each request: its headers must
+    be complete ``header_timeout_s`` after the connection opened (or the previous
+    response went out), and its body ``body_timeout_s`` after the headers; then 408
+    and close.
+
+    Each request's scope carries two ASGI extensions (see :mod:`.asgi`): the body
+    deadline is enforced here (so the app needs no timer of its own), and the app
+    may register a callback that runs if the client disconnects before the response
+    is complete (so it needs no task watching ``receive()``).
     """
 
     header_timeout_s = 10.0
+    body_timeout_s = 30.0
     max_header_bytes = 64 * 1024
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._header_bytes = 0
-        self._header_timer: asyncio.TimerHandle | None = None
+        self._read_timer: asyncio.TimerHandle | None = None
+        self._reading_headers = False
+        self._body_due = 0.0
+        self._on_disconnect: Callable[[], None] | None = None
+        self._extensions: dict[str, dict[object, object]] = {
+            DISCONNECT_EXTENSION: {"register": self._register_disconnect},
+            BODY_DEADLINE_EXTENSION: {"timeout_s": self.body_timeout_s},
+        }
         self._await_headers()
 
     def data_received(self, data: bytes) -> None:
         """Feed the parser; refuse headers that grow past the cap."""
-        awaiting = self._header_timer is not None
+        reading_headers = self._reading_headers
         super().data_received(data)
-        if awaiting and self._header_timer is not None:
+        if reading_headers and self._reading_headers:
             self._header_bytes += len(data)
             if self._header_bytes > self.max_header_bytes:
                 self._refuse(_HEADERS_TOO_LARGE)
 
+    def on_message_begin(self) -> None:
+        """A new request: its scope gets the extensions."""
+        super().on_message_begin()
+        self.scope["extensions"] = self._extensions
+
     def on_headers_complete(self) -> None:
-        """The headers are in: stop the header deadline, run the request."""
-        self._stop_header_timer()
+        """The headers are in: the body's deadline starts (the timer stays armed and
+        moves to it only if it fires first), and the request runs."""
+        self._reading_headers = False
+        self._body_due = self.loop.time() + self.body_timeout_s
         super().on_headers_complete()
+        if self.cycle is not None:
+            self.cycle.transport = _OneWriteResponses(self.transport, self.cycle)  # type: ignore[assignment]
+
+    def on_message_complete(self) -> None:
+        """The whole request is in: no read deadline until the response is out."""
+        self._stop_read_timer()
+        super().on_message_complete()
 
     def on_response_complete(self) -> None:
         """A response went out: the next request's headers get a fresh deadline."""
+        self._on_disconnect = None
         super().on_response_complete()
         if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
             self._await_headers()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        """Stop the timer with the connection."""
-        self._stop_header_timer()
+        """Stop the timer with the connection; tell the app if a response was due."""
+        self._stop_read_timer()
+        callback, self._on_disconnect = self._on_disconnect, None
         super().connection_lost(exc)
+        if callback is not None:
+            callback()
+
+    def _register_disconnect(self, callback: Callable[[], None]) -> None:
+        self._on_disconnect = callback
 
     def _await_headers(self) -> None:
-        self._stop_header_timer()
+        self._stop_read_timer()
         self._header_bytes = 0
-        self._header_timer = self.loop.call_later(self.header_timeout_s, self._headers_too_slow)
+        self._reading_headers = True
+        self._read_timer = self.loop.call_later(self.header_timeout_s, self._read_too_slow)
 
-    def _stop_header_timer(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
+    def _stop_read_timer(self) -> None:
+        self._reading_headers = False
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
 
-    def _headers_too_slow(self) -> None:
-        self._header_timer = None
-        if self.cycle is None or self.cycle.response_complete:
-            self._refuse(_REQUEST_TIMEOUT)
+    def _read_too_slow(self) -> None:
+        self._read_timer = None
+        if not self._reading_headers:  # in the body, whose deadline may be later
+            remaining = self._body_due - self.loop.time()
+            if remaining > 0:
+                self._read_timer = self.loop.call_later(remaining, self._read_too_slow)
+                return
+            if self.cycle is None or self.cycle.response_started:
+                return
+        self._refuse(_REQUEST_TIMEOUT)
 
     def _refuse(self, response: bytes) -> None:
-        self._stop_header_timer()
+        self._stop_read_timer()
         if not self.transport.is_closing():
             self.transport.write(response)
             self.transport.close()
+
+
+class _OneWriteResponses:
+    """A request's view of its connection that sends a response's head together with
+    its first body part.
+
+    uvicorn writes the status line and headers, then the body, as two writes: two
+    ``send()`` calls and two packets for every small response. Holding the head back
+    until the body comes makes it one of each, which is most of the server's cost per
+    request after parsing.
+    """
+
+    __slots__ = ("_cycle", "_head", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, cycle: RequestResponseCycle) -> None:
+        self._transport = transport
+        self._cycle = cycle
+        self._head: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        """Hold the response's head; send it with the next write."""
+        head = self._head
+        if head is not None:
+            self._head = None
+            if len(data) < _JOIN_LIMIT:
+                self._transport.write(head + data)
+            else:
+                self._transport.writelines((head, data))
+        elif (
+            self._cycle.response_started
+            and not self._cycle.response_complete
+            and (data.startswith(b"HTTP/"))
+        ):
+            self._head = data
+        else:
+            self._transport.write(data)
+
+    def close(self) -> None:
+        """Send what is held, then close."""
+        if self._head is not None:
+            self._transport.write(self._head)
+            self._head = None
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        """Whether the connection is closing."""
+        return self._transport.is_closing()
 
 
 class _Server(uvicorn.Server):
@@ -183,6 +279,7 @@ def serve(app: HttpApp, settings: ServeSettings) -> int:
         (HeaderGuardedProtocol,),
         {
             "header_timeout_s": settings.header_timeout_s,
+            "body_timeout_s": app.config.body_timeout_s,
             "max_header_bytes": settings.max_header_bytes,
         },
     )
@@ -196,6 +293,8 @@ def serve(app: HttpApp, settings: ServeSettings) -> int:
         timeout_keep_alive=int(max(1, settings.keep_alive_s)),
         timeout_graceful_shutdown=int(max(1, settings.graceful_timeout_s)),
         limit_concurrency=settings.max_connections,
+        proxy_headers=False,  # bound to loopback by default: no proxy to trust
+        server_header=False,
     )
     server = _Server(config, app, f"http://{host}:{bound_port}")
     with sock:
@@ -248,6 +347,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="longest time to receive a request's headers (then 408 and close)",
     )
     parser.add_argument(
+        "--body-timeout-s",
+        type=float,
+        default=HttpConfig.body_timeout_s,
+        help="longest time to receive a request's body once its headers are in (then 408)",
+    )
+    parser.add_argument(
         "--log-level", default=defaults.log_level, choices=["debug", "info", "warning", "error"]
     )
 
@@ -265,6 +370,7 @@ def run_serve(args: argparse.Namespace) -> int:
             HttpConfig(
                 max_body_bytes=args.max_body_bytes,
                 default_timeout_s=args.timeout_ms / 1000.0,
+                body_timeout_s=args.body_timeout_s,
                 auth_token=token,
             ),
         )

@@ -26,11 +26,14 @@ from .stage import Stage
 from .transport import receive, send
 from .worker import READY, SETUP_FAILED
 
-__all__ = ["ProcessPool"]
+__all__ = ["BATCHES_PER_WORKER", "ProcessPool"]
 
-_DEPTH = 2  # batches a worker holds: the one it runs and the next, waiting in its pipe
 _SETUP_BACKOFF_S = (0.1, 0.5, 2.0)  # between setup attempts of one start
 _MAX_RESTART_BACKOFF_S = 60.0  # between starts of a worker whose setups keep failing
+
+BATCHES_PER_WORKER = 2
+"""Batches a worker holds: the one it runs and the next, waiting in its pipe so that
+the worker starts it the moment the first is done (the batcher's run-ahead)."""
 
 
 class ProcessPool:
@@ -180,7 +183,7 @@ class ProcessPool:
         for worker in self._workers:
             if worker is None or not (worker.alive and worker.serving):
                 continue
-            if len(worker.batches) < _DEPTH and (
+            if len(worker.batches) < BATCHES_PER_WORKER and (
                 best is None or len(worker.batches) < len(best.batches)
             ):
                 best = worker
