@@ -3,6 +3,9 @@
 The decoder is chosen from the request's ``Content-Type`` among these two only:
 nothing from the network is ever unpickled. The encoder is chosen from ``Accept``.
 numpy is optional: arrays and numpy scalars are handled only when numpy is imported.
+So is pydantic: an item type that is a pydantic model is validated by pydantic (its
+errors become msgspec's, so they map to the same status codes), and pydantic
+results are encoded through ``model_dump``.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ __all__ = [
     "codec_for_content_type",
     "decode_hook",
     "encode_hook",
+    "is_pydantic_model",
 ]
 
 Decoder = Callable[[bytes], Any]
@@ -63,7 +67,50 @@ def encode_hook(value: Any) -> Any:
             return value.tolist()
         if isinstance(value, numpy.generic):
             return value.item()
+    if is_pydantic_model(type(value)):
+        return value.model_dump(mode="json")
     raise NotImplementedError(f"cannot encode {type(value).__name__}")
+
+
+def is_pydantic_model(kind: Any) -> bool:
+    """Whether ``kind`` is a pydantic model class (False when pydantic is not imported)."""
+    pydantic = sys.modules.get("pydantic")
+    return pydantic is not None and isinstance(kind, type) and issubclass(kind, pydantic.BaseModel)
+
+
+def _pydantic_decoder(model: Any, parse: Callable[[bytes], Any] | None) -> Decoder:
+    """Validate with pydantic: straight from JSON bytes, or from what ``parse`` made of
+    the body. A validation error becomes ``msgspec.ValidationError`` naming the
+    location; malformed JSON becomes ``msgspec.DecodeError``."""
+    from pydantic import ValidationError
+
+    def decode(body: bytes) -> Any:
+        try:
+            return (
+                model.model_validate_json(body)
+                if parse is None
+                else model.model_validate(parse(body))
+            )
+        except ValidationError as error:
+            first = error.errors(include_url=False)[0]
+            if first["type"] == "json_invalid":
+                raise msgspec.DecodeError(f"malformed JSON: {first['msg']}") from None
+            where = ".".join(str(part) for part in first["loc"]) or "the body"
+            raise msgspec.ValidationError(f"{first['msg']} - at `{where}`") from None
+
+    return decode
+
+
+def _json_decoder(item_type: Any) -> Decoder:
+    if is_pydantic_model(item_type):
+        return _pydantic_decoder(item_type, None)
+    return msgspec.json.Decoder(item_type, dec_hook=decode_hook).decode
+
+
+def _msgpack_decoder(item_type: Any) -> Decoder:
+    if is_pydantic_model(item_type):
+        return _pydantic_decoder(item_type, msgspec.msgpack.Decoder().decode)
+    return msgspec.msgpack.Decoder(item_type, dec_hook=decode_hook).decode
 
 
 def decode_hook(expected: Any, value: Any) -> Any:
@@ -107,13 +154,13 @@ JSON = Codec(
     name="json",
     media_type=b"application/json",
     encode=_json_encoder.encode,
-    make_decoder=lambda item_type: msgspec.json.Decoder(item_type, dec_hook=decode_hook).decode,
+    make_decoder=_json_decoder,
 )
 MSGPACK = Codec(
     name="msgpack",
     media_type=b"application/msgpack",
     encode=_msgpack_encoder.encode,
-    make_decoder=lambda item_type: msgspec.msgpack.Decoder(item_type, dec_hook=decode_hook).decode,
+    make_decoder=_msgpack_decoder,
 )
 CODECS = (JSON, MSGPACK)
 

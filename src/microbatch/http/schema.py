@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 
+from .codecs import is_pydantic_model
 from .status import ErrorBody
 
 __all__ = ["docs_page", "openapi_document"]
@@ -29,9 +30,21 @@ def openapi_document(
         output_type: The type of one result (the response body).
         auth: Predict and the other non-probe routes need a bearer token.
     """
+    pydantic_defs: dict[str, Any] = {}
+
+    def schema_hook(kind: type) -> dict[str, Any]:
+        if is_pydantic_model(kind):
+            schema: dict[str, Any] = kind.model_json_schema(  # type: ignore[attr-defined]
+                ref_template=_REF.replace("{name}", "{model}")
+            )
+            pydantic_defs.update(schema.pop("$defs", {}))
+            return schema
+        return _schema_hook(kind)
+
     (item, result, error), components = msgspec.json.schema_components(
-        [input_type, output_type, ErrorBody], schema_hook=_schema_hook, ref_template=_REF
+        [input_type, output_type, ErrorBody], schema_hook=schema_hook, ref_template=_REF
     )
+    components = {**pydantic_defs, **components}
 
     def content(schema: dict[str, Any]) -> dict[str, Any]:
         return {media_type: {"schema": schema} for media_type in _MEDIA_TYPES}
