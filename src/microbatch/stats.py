@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -9,7 +10,12 @@ from types import MappingProxyType
 
 from .policy import QueueState
 
-__all__ = ["BatcherStats", "StatsRecorder"]
+__all__ = ["QUEUE_WAIT_BUCKETS_S", "BatcherStats", "StatsRecorder"]
+
+QUEUE_WAIT_BUCKETS_S = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+)  # fmt: skip
+"""Upper bounds (seconds) of the queue-wait histogram."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +32,10 @@ class BatcherStats:
         queue_wait_p50_ms: Median time items waited before release (recent items).
         queue_wait_p90_ms: 90th percentile of that wait.
         queue_wait_p99_ms: 99th percentile of that wait.
+        queue_wait_counts: Items released, per bucket of their queue wait: one
+            count per bound of ``QUEUE_WAIT_BUCKETS_S`` (waits up to it, above
+            the previous one), then the count above the last bound.
+        queue_wait_sum_s: Total queue wait of every item released.
         expired: Items answered DeadlineExceeded.
         cancelled: Items whose caller stopped waiting.
         rejected: Items refused because the queue was full.
@@ -41,6 +51,8 @@ class BatcherStats:
     queue_wait_p50_ms: float
     queue_wait_p90_ms: float
     queue_wait_p99_ms: float
+    queue_wait_counts: tuple[int, ...]
+    queue_wait_sum_s: float
     expired: int
     cancelled: int
     rejected: int
@@ -60,10 +72,16 @@ class StatsRecorder:
         self.failed = 0
         self._sizes: Counter[int] = Counter()
         self._waits: deque[float] = deque(maxlen=wait_samples)
+        self._wait_counts = [0] * (len(QUEUE_WAIT_BUCKETS_S) + 1)
+        self._wait_sum_s = 0.0
 
     def released(self, units: int, waits_s: list[float]) -> None:
         """One batch of ``units`` went out; ``waits_s`` holds each item's queue wait."""
         self._waits.extend(waits_s)
+        counts = self._wait_counts
+        for wait in waits_s:
+            counts[bisect_left(QUEUE_WAIT_BUCKETS_S, wait)] += 1
+        self._wait_sum_s += sum(waits_s)
         self.batches += 1
         self.items += len(waits_s)
         self.units += units
@@ -82,6 +100,8 @@ class StatsRecorder:
             queue_wait_p50_ms=_percentile_ms(waits, 0.50),
             queue_wait_p90_ms=_percentile_ms(waits, 0.90),
             queue_wait_p99_ms=_percentile_ms(waits, 0.99),
+            queue_wait_counts=tuple(self._wait_counts),
+            queue_wait_sum_s=self._wait_sum_s,
             expired=self.expired,
             cancelled=self.cancelled,
             rejected=self.rejected,

@@ -66,7 +66,9 @@ async def test_metrics_count_requests_batches_and_deadline_drops() -> None:
         'microbatch_queue_depth{stage="double"} 0.0',
         'microbatch_in_flight_items{stage="double"}',
         'microbatch_worker_restarts_total{stage="double"} 0.0',
-        'microbatch_queue_wait_seconds{quantile="0.99",stage="double"}',
+        'microbatch_queue_wait_seconds_bucket{le="0.0001",stage="double"}',
+        'microbatch_queue_wait_seconds_bucket{le="+Inf",stage="double"}',
+        'microbatch_queue_wait_seconds_sum{stage="double"}',
         "microbatch_ready 1.0",
     ):
         assert line in text, line

@@ -17,6 +17,7 @@ from microbatch import (
     Overloaded,
     ResultLengthError,
 )
+from microbatch.stats import QUEUE_WAIT_BUCKETS_S
 from microbatch.testing import FakeClock
 from tests.conftest import settle
 
@@ -332,6 +333,10 @@ async def test_stats_report_batches_and_waits(clock: FakeClock) -> None:
     assert dict(stats.batch_sizes) == {1: 1, 2: 1}
     assert stats.queue_wait_p99_ms == pytest.approx(4.0)
     assert stats.queue_wait_p50_ms == pytest.approx(0.0)
+    # waits 0, 0 and 4 ms: two in the first bucket, one in the 5 ms bucket
+    counts = dict(zip((*QUEUE_WAIT_BUCKETS_S, "inf"), stats.queue_wait_counts, strict=True))
+    assert (counts[0.0001], counts[0.005], sum(counts.values())) == (2, 1, 3)
+    assert stats.queue_wait_sum_s == pytest.approx(0.004)
 
 
 def test_a_batcher_belongs_to_one_live_event_loop() -> None:

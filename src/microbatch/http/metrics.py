@@ -7,7 +7,7 @@ service (queues, batches, workers) is read from ``stats()`` when Prometheus scra
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -20,6 +20,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from ..pipeline.service import ServiceStats
+from ..stats import QUEUE_WAIT_BUCKETS_S
 
 __all__ = ["BATCH_SIZE_BUCKETS", "HttpMetrics", "RequestCollector", "ServiceCollector"]
 
@@ -65,10 +66,10 @@ class ServiceCollector(Collector):
             "Items answered without a result, by reason (deadline, cancelled, rejected, failed)",
             labels=["stage", "reason"],
         )
-        wait = GaugeMetricFamily(
+        wait = HistogramMetricFamily(
             "microbatch_queue_wait_seconds",
-            "Time recent items waited for a batch, by quantile",
-            labels=["stage", "quantile"],
+            "Time items waited in the queue for a batch",
+            labels=label,
         )
         sizes = HistogramMetricFamily(
             "microbatch_batch_size", "Batch sizes (batch units)", labels=label
@@ -87,12 +88,11 @@ class ServiceCollector(Collector):
                 ("failed", counts.failed),
             ):
                 dropped.add_metric([stage.name, reason], value)
-            for quantile, value_ms in (
-                ("0.5", counts.queue_wait_p50_ms),
-                ("0.9", counts.queue_wait_p90_ms),
-                ("0.99", counts.queue_wait_p99_ms),
-            ):
-                wait.add_metric([stage.name, quantile], value_ms / 1000.0)
+            wait.add_metric(
+                name,
+                _cumulative_counts(QUEUE_WAIT_BUCKETS_S, counts.queue_wait_counts),
+                sum_value=counts.queue_wait_sum_s,
+            )
             buckets, total = _cumulative(counts.batch_sizes)
             sizes.add_metric(name, buckets, sum_value=total)
         yield from (queued, running, alive, restarts, batches, dropped, wait, sizes)
@@ -164,12 +164,17 @@ class _Histogram:
         self.total += value
 
     def cumulative(self) -> list[tuple[str, float]]:
-        running = 0
-        buckets: list[tuple[str, float]] = []
-        for bound, count in zip((*map(str, self.bounds), "+Inf"), self.counts, strict=True):
-            running += count
-            buckets.append((bound, float(running)))
-        return buckets
+        return _cumulative_counts(self.bounds, self.counts)
+
+
+def _cumulative_counts(bounds: Sequence[float], counts: Sequence[int]) -> list[tuple[str, float]]:
+    """Prometheus buckets from per-bucket counts (the last one: above every bound)."""
+    running = 0
+    buckets: list[tuple[str, float]] = []
+    for bound, count in zip((*map(str, bounds), "+Inf"), counts, strict=True):
+        running += count
+        buckets.append((bound, float(running)))
+    return buckets
 
 
 class HttpMetrics:
