@@ -8,14 +8,19 @@ the serving process. When a worker dies, the batch it was running is answered
 :class:`WorkerDied` (or run once more elsewhere if the stage is idempotent), the
 batches queued behind it (never started) go to another worker, and the worker is
 started again.
+
+Each batch a worker holds has a slot of its own in the worker's shared-memory arena
+(see ``arena.py``), from when it is sent until its result has been copied out. A
+large result is copied out on a thread, so the event loop keeps serving meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
+import traceback
 from collections import deque
+from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -23,11 +28,12 @@ from ..errors import RemoteError, StageFailed, WorkerDied
 from ..execution import settle
 from .processes import Batch, WorkerHandle, forget, has_data, spawn, stop
 from .stage import Stage
-from .transport import receive, send
-from .worker import READY, SETUP_FAILED
+from .transport import Incoming, read_message, send
+from .worker import SETUP_FAILED
 
 __all__ = ["BATCHES_PER_WORKER", "ProcessPool"]
 
+_COPY_ON_THREAD_BYTES = 4 << 20  # results with more in shared memory are copied out on a thread
 _SETUP_BACKOFF_S = (0.1, 0.5, 2.0)  # between setup attempts of one start
 _MAX_RESTART_BACKOFF_S = 60.0  # between starts of a worker whose setups keep failing
 
@@ -47,7 +53,7 @@ class ProcessPool:
         self.stage = stage
         self._workers: list[WorkerHandle | None] = [None] * stage.workers
         self._backlog: deque[Batch] = deque()  # batches waiting for a worker
-        self._batch_ids = itertools.count()
+        self._copies: set[asyncio.Future[Any]] = set()  # large results copied out on threads
         self._restarts = 0
         self._closing = False
         self._failed: StageFailed | None = None
@@ -160,6 +166,7 @@ class ProcessPool:
         for process in self._dead:
             await loop.run_in_executor(None, stop, process)
         self._dead.clear()
+        await asyncio.gather(*self._copies, return_exceptions=True)  # results already out
 
     # -- batches -------------------------------------------------------------------
 
@@ -183,16 +190,15 @@ class ProcessPool:
         for worker in self._workers:
             if worker is None or not (worker.alive and worker.serving):
                 continue
-            if len(worker.batches) < BATCHES_PER_WORKER and (
-                best is None or len(worker.batches) < len(best.batches)
-            ):
+            if worker.held < BATCHES_PER_WORKER and (best is None or worker.held < best.held):
                 best = worker
         return best
 
     def _send(self, worker: WorkerHandle, batch: Batch) -> None:
-        batch_id = next(self._batch_ids)
-        send(worker.conn, (batch_id, batch.items))
-        worker.batches[batch_id] = batch
+        slot = worker.free_slot()
+        arena = None if worker.arena is None else worker.arena.outgoing(slot)
+        send(worker.conn, batch.items, slot, arena)
+        worker.batches[slot] = batch
 
     def _on_message(self, worker: WorkerHandle) -> None:
         if not self._take_message(worker):
@@ -201,19 +207,53 @@ class ProcessPool:
     def _take_message(self, worker: WorkerHandle) -> bool:
         """Read and handle one message; False at the end of the pipe."""
         try:
-            kind, payload = receive(worker.conn)
+            message = read_message(worker.conn)
         except (EOFError, OSError):
             return False
-        if kind in (READY, SETUP_FAILED):
+        if message.slot is None:  # the worker is set up, or failed to: (kind, payload)
+            kind, payload = message.decode(None)
+            if worker.arena is not None:
+                worker.arena.unlink()  # the worker has opened its files by now
             if not worker.set_up.done():  # cancelled if the pool closed while it started
                 settle(worker.set_up, payload if kind == SETUP_FAILED else None)
-        else:
-            batch = worker.batches.pop(kind, None)
-            if batch is not None:
-                settle(batch.future, payload)
+            return True
+        batch = worker.batches.pop(message.slot, None)
+        if batch is not None:
+            if message.arena_bytes > _COPY_ON_THREAD_BYTES:
+                self._copy_on_thread(worker, message, batch)
+            else:
+                source = None if worker.arena is None else worker.arena.incoming(message.slot)
+                settle(batch.future, _outcomes(batch, lambda: message.decode(source)))
+        if worker.serving and not self._closing:
+            self._pump()
+        return True
+
+    def _copy_on_thread(self, worker: WorkerHandle, message: Incoming, batch: Batch) -> None:
+        """Copy a large result out of shared memory and unpickle it on a thread; its
+        batch keeps its slot until then, so the worker cannot overwrite it."""
+        assert worker.arena is not None and message.slot is not None
+        slot = message.slot
+        worker.receiving[slot] = batch
+        reader = worker.arena.incoming(slot).reader()  # outlives the arena if the worker dies
+
+        def decode() -> Any:
+            with reader:
+                return message.decode(reader)
+
+        copy = asyncio.get_running_loop().run_in_executor(None, decode)
+        self._copies.add(copy)
+
+        def done(copy: asyncio.Future[Any]) -> None:
+            self._copies.discard(copy)
+            del worker.receiving[slot]
+            if copy.cancelled():
+                settle(batch.future, StageFailed(f"stage {self.stage.name!r} is closed"))
+            else:
+                settle(batch.future, _outcomes(batch, copy.result))
             if worker.serving and not self._closing:
                 self._pump()
-        return True
+
+        copy.add_done_callback(done)
 
     def _on_death(self, worker: WorkerHandle) -> None:
         if not worker.alive:
@@ -256,7 +296,7 @@ class ProcessPool:
     async def _start_worker(self, index: int, attempts: int) -> None:
         errors: list[Exception] = []
         for attempt in range(attempts):
-            worker = spawn(self.stage, index, self._on_message, self._on_death)
+            worker = spawn(self.stage, index, BATCHES_PER_WORKER, self._on_message, self._on_death)
             self._workers[index] = worker
             try:
                 await worker.set_up
@@ -333,6 +373,20 @@ class ProcessPool:
                 if not self._closing:
                     self._failed = None  # serving again
                 return
+
+
+def _outcomes(batch: Batch, decode: Callable[[], Any]) -> Any:
+    """A batch's decoded outcomes, or, if its result cannot be unpickled here (say, an
+    instance of a class the serving process cannot import), that error for each item."""
+    try:
+        return decode()
+    except Exception as exc:
+        error = RemoteError(
+            type(exc).__qualname__,
+            f"the result came back but cannot be read: {exc}",
+            traceback.format_exc(),
+        )
+        return [error] * len(batch.items)
 
 
 def _died_early(code: int | None) -> str:

@@ -11,6 +11,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from .arena import Arena
 from .model import WorkerContext
 from .stage import Stage
 from .worker import WorkerSpec, worker_main
@@ -38,19 +39,36 @@ class WorkerHandle:
     process: BaseProcess
     conn: Connection
     set_up: asyncio.Future[None]  # resolved when the model is built and set up
-    batches: dict[int, Batch] = field(default_factory=dict)  # sent, by id, oldest first
+    arena: Arena | None = None  # its shared memory (None: everything goes by pipe)
+    batches: dict[int, Batch] = field(default_factory=dict)  # sent, by slot, oldest first
+    receiving: dict[int, Batch] = field(default_factory=dict)  # answered, being copied out
     alive: bool = True
     serving: bool = False  # warmed up: takes batches
+
+    @property
+    def held(self) -> int:
+        """Batches holding one of its slots: sent, or answered but not yet copied out."""
+        return len(self.batches) + len(self.receiving)
+
+    def free_slot(self) -> int:
+        """The lowest slot no batch holds."""
+        slot = 0
+        while slot in self.batches or slot in self.receiving:
+            slot += 1
+        return slot
 
 
 def spawn(
     stage: Stage,
     index: int,
+    slots: int,
     on_message: Callable[[WorkerHandle], None],
     on_death: Callable[[WorkerHandle], None],
 ) -> WorkerHandle:
-    """Start worker ``index`` of ``stage``; the running loop watches its pipe and sentinel."""
+    """Start worker ``index`` of ``stage``, with an arena of ``slots`` batch slots;
+    the running loop watches its pipe and sentinel."""
     loop = asyncio.get_running_loop()
+    arena = Arena.create(slots)
     parent, child = _SPAWN.Pipe(duplex=True)
     spec = WorkerSpec(
         stage.model,
@@ -60,6 +78,7 @@ def spawn(
         stage.config.isolate_errors,
         stage.env_for(index),
         stage.cpus_for(index),
+        () if arena is None else arena.names,
     )
     process = _SPAWN.Process(
         target=worker_main,
@@ -67,22 +86,31 @@ def spawn(
         name=f"microbatch-{stage.name}-{index}",
         daemon=True,
     )
-    process.start()
-    child.close()
-    worker = WorkerHandle(index, process, parent, loop.create_future())
+    try:
+        process.start()
+    except BaseException:
+        if arena is not None:
+            arena.close()
+        parent.close()
+        raise
+    finally:
+        child.close()
+    worker = WorkerHandle(index, process, parent, loop.create_future(), arena)
     loop.add_reader(parent.fileno(), on_message, worker)
     loop.add_reader(process.sentinel, on_death, worker)
     return worker
 
 
 def forget(worker: WorkerHandle) -> None:
-    """Stop watching a worker's pipe and sentinel, and close its pipe."""
+    """Stop watching a worker's pipe and sentinel, close its pipe and its arena."""
     if worker.conn.closed:
         return
     loop = asyncio.get_running_loop()
     loop.remove_reader(worker.conn.fileno())
     loop.remove_reader(worker.process.sentinel)
     worker.conn.close()
+    if worker.arena is not None:
+        worker.arena.close()
 
 
 def stop(process: BaseProcess) -> None:

@@ -1,35 +1,156 @@
 """Messages between the serving process and its workers, over a duplex pipe.
 
-One message is a pickle (protocol 5) whose large buffers — numpy arrays, bytes —
-travel out of band as frames of their own, so they are not copied into the pickle
-stream. Only our own processes are on these pipes: nothing here ever reads data
-that came from the network.
+One message is a pickle (protocol 5). Buffers (numpy arrays, bytearrays) under
+:data:`~.arena.ARENA_MIN_BYTES` stay inside the pickle; larger ones travel out of
+band: through the worker's shared-memory arena when the message belongs to a batch
+slot, else as pipe frames of their own. A pickle that is itself that large (big
+``bytes`` or strings inside) goes through the arena too. The first pipe frame is
+the header: the slot, then where each part lies (an arena offset and length, or
+"the next frame"), then the pickle if it is small. The receiver copies every part
+out, so what it unpickles owns its memory. Only our own processes are on these
+pipes: nothing here ever reads data that came from the network.
 """
 
 from __future__ import annotations
 
 import pickle
 import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["receive", "send"]
+from .arena import ARENA_MIN_BYTES, Segment, new_buffer
 
-_COUNT = struct.Struct("<I")
+__all__ = ["Incoming", "Source", "read_message", "receive", "send"]
 
-
-def send(conn: Connection, message: Any) -> None:
-    """Send ``message``: a header frame, then one frame per out-of-band buffer."""
-    buffers: list[pickle.PickleBuffer] = []
-    body = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
-    conn.send_bytes(_COUNT.pack(len(buffers)) + body)
-    for buffer in buffers:
-        conn.send_bytes(buffer.raw())
+_HEAD = struct.Struct("<BI")  # slot (255: none), parts: the pickle, then each buffer
+_PART = struct.Struct("<qQ")  # offset in the arena (or one of the two below), length
+_NO_SLOT = 255
+_INLINE = -1  # the pickle, in the header frame after the parts
+_FRAME = -2  # a pipe frame of its own, after the header
 
 
-def receive(conn: Connection) -> Any:
-    """Receive one message sent by :func:`send` (blocks until it is complete)."""
+class Source(Protocol):
+    """Where the receiver copies arena parts from (a :class:`~.arena.Segment`)."""
+
+    def read(self, offset: int, length: int) -> Any:
+        """A copy of ``length`` bytes at ``offset``: a writable buffer."""
+        ...
+
+
+def send(
+    conn: Connection, message: Any, slot: int | None = None, arena: Segment | None = None
+) -> None:
+    """Send ``message`` for batch slot ``slot``; its large parts go into ``arena``
+    (the slot's outgoing file) if given and it has room, else into pipe frames."""
+    large: list[memoryview] = []
+
+    def out_of_band(buffer: pickle.PickleBuffer) -> bool:
+        raw = buffer.raw()
+        if raw.nbytes < ARENA_MIN_BYTES:
+            return True  # true: pickled in band
+        large.append(raw)
+        return False
+
+    body = pickle.dumps(message, protocol=5, buffer_callback=out_of_band)
+    parts = [(_INLINE, len(body))] + [(_FRAME, raw.nbytes) for raw in large]
+    if arena is not None and slot is not None and (large or len(body) >= ARENA_MIN_BYTES):
+        parts = _place(arena, body, large) or parts
+    head = [_HEAD.pack(_NO_SLOT if slot is None else slot, len(parts))]
+    head += [_PART.pack(*part) for part in parts]
+    if parts[0][0] == _INLINE:
+        head.append(body)
+    conn.send_bytes(b"".join(head))
+    for raw, (offset, _) in zip(large, parts[1:], strict=True):
+        if offset == _FRAME:
+            conn.send_bytes(raw)
+
+
+def _place(arena: Segment, body: bytes, large: list[memoryview]) -> list[tuple[int, int]] | None:
+    """Write the parts into the arena, back to back; their places, or None if the
+    arena cannot grow to hold them (the pipe carries them then)."""
+    chunks = [memoryview(body) if len(body) >= ARENA_MIN_BYTES else None, *large]
+    try:
+        arena.reserve(sum(chunk.nbytes for chunk in chunks if chunk is not None))
+    except OSError:
+        return None
+    places, offset = [], 0
+    for chunk in chunks:
+        if chunk is None:
+            places.append((_INLINE, len(body)))
+            continue
+        arena.write(offset, chunk)
+        places.append((offset, chunk.nbytes))
+        offset += chunk.nbytes
+    return places
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """A message read off the pipe, its arena parts not yet copied out."""
+
+    slot: int | None  # the batch slot it belongs to
+    head: bytes  # the header frame
+    parts: list[tuple[int, int]]  # (offset or _INLINE/_FRAME, length): the pickle, buffers
+    frames: list[bytes]  # the parts that came as pipe frames, in order
+
+    @property
+    def arena_bytes(self) -> int:
+        """How many bytes :meth:`decode` copies out of the arena."""
+        return sum(length for offset, length in self.parts if offset >= 0)
+
+    def decode(self, source: Source | None) -> Any:
+        """Copy the arena parts out of ``source`` (the slot's incoming file) and unpickle.
+
+        Raises:
+            OSError: An arena part is missing.
+            Exception: Whatever unpickling raises (a class this process cannot import).
+        """
+        (offset, length), *buffers = self.parts
+        if offset == _INLINE:
+            start = _HEAD.size + len(self.parts) * _PART.size
+            body = memoryview(self.head)[start : start + length]
+        else:
+            body = self._copy(source, offset, length)
+        frames = iter(self.frames)
+        copies = [
+            _writable(next(frames)) if at == _FRAME else self._copy(source, at, size)
+            for at, size in buffers
+        ]
+        return pickle.loads(body, buffers=copies)
+
+    @staticmethod
+    def _copy(source: Source | None, offset: int, length: int) -> Any:
+        if source is None:
+            raise OSError("the message has parts in an arena, and none was given")
+        return source.read(offset, length)
+
+
+def read_message(conn: Connection) -> Incoming:
+    """Read one message sent by :func:`send` off the pipe (blocks until it is
+    complete); :meth:`Incoming.decode` makes the object."""
     head = conn.recv_bytes()
-    (count,) = _COUNT.unpack_from(head)
-    buffers = [conn.recv_bytes() for _ in range(count)]
-    return pickle.loads(memoryview(head)[_COUNT.size :], buffers=buffers)
+    slot, count = _HEAD.unpack_from(head)
+    parts = list(_parts(head, count))
+    frames = [conn.recv_bytes() for offset, _ in parts[1:] if offset == _FRAME]
+    return Incoming(None if slot == _NO_SLOT else slot, head, parts, frames)
+
+
+def _writable(frame: bytes) -> Any:
+    """A frame as writable memory, so that arrays arrive writable whichever way they came."""
+    out = new_buffer(len(frame))
+    with memoryview(out) as copy:
+        copy[:] = frame
+    return out
+
+
+def receive(conn: Connection, source: Source | None = None) -> Any:
+    """Read and decode one message sent by :func:`send`."""
+    return read_message(conn).decode(source)
+
+
+def _parts(head: bytes, count: int) -> Iterator[tuple[int, int]]:
+    for index in range(count):
+        offset, length = _PART.unpack_from(head, _HEAD.size + index * _PART.size)
+        yield offset, length

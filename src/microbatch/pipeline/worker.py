@@ -12,8 +12,9 @@ from typing import Any
 
 from ..errors import RemoteError
 from ..execution import run_batch
+from .arena import Arena
 from .model import Model, WorkerContext
-from .transport import receive, send
+from .transport import read_message, send
 
 __all__ = ["WorkerSpec", "worker_main"]
 
@@ -32,11 +33,12 @@ class WorkerSpec:
     isolate_errors: bool
     env: Mapping[str, str]
     cpus: Sequence[int] | None = None
+    arena: tuple[str, ...] = ()  # the names of the worker's shared-memory files (none: pipe only)
 
 
 def worker_main(conn: Connection, pickled_spec: bytes) -> None:
-    """Entry point of a worker process. Messages: ``(batch_id, items)`` in,
-    ``(batch_id, outcomes)`` out; ``None`` in means stop.
+    """Entry point of a worker process. Messages: a batch's ``items`` in, its
+    ``outcomes`` out, both for the batch's slot; ``None`` in means stop.
 
     The spec arrives pickled so that a model that cannot be imported here is
     reported as a setup failure with its reason, not as a bare crash.
@@ -45,8 +47,11 @@ def worker_main(conn: Connection, pickled_spec: bytes) -> None:
     # (Ctrl-C in a terminal, a service manager's stop) must not kill a batch midway.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    arena: Arena | None = None
     try:
         spec: WorkerSpec = pickle.loads(pickled_spec)
+        if spec.arena:  # first: the serving process unlinks the names once we are set up
+            arena = Arena.attach(spec.arena)
         os.environ.update(spec.env)
         if spec.cpus is not None:
             os.sched_setaffinity(0, spec.cpus)
@@ -58,19 +63,22 @@ def worker_main(conn: Connection, pickled_spec: bytes) -> None:
     send(conn, (READY, None))
     while True:
         try:
-            message = receive(conn)
+            message = read_message(conn)
         except EOFError:  # the serving process is gone
             return
-        if message is None:
+        slot = message.slot
+        if slot is None:  # only the stop message has no slot
             return
-        batch_id, items = message
+        incoming = None if arena is None else arena.incoming(slot)
+        outgoing = None if arena is None else arena.outgoing(slot)
+        items = message.decode(incoming)
         outcomes = _portable(run_batch(model.predict, items, spec.isolate_errors))
         try:
-            send(conn, (batch_id, outcomes))
+            send(conn, outcomes, slot, outgoing)
         except OSError:
             raise
         except Exception:  # a result that does not pickle: nothing was written yet
-            send(conn, (batch_id, [_pickled_or_error(outcome) for outcome in outcomes]))
+            send(conn, [_pickled_or_error(outcome) for outcome in outcomes], slot, outgoing)
 
 
 def _portable(outcomes: list[Any]) -> list[Any]:
