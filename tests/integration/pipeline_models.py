@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
+import types
 from typing import Any, ClassVar
+
+import numpy as np
 
 from microbatch.pipeline import Model, WorkerContext
 
@@ -132,3 +136,37 @@ class Recorder(Model):
     def predict(self, batch: list[Any]) -> list[Any]:
         Recorder.seen.extend(batch)
         return batch
+
+
+class Reverse(Model):
+    """Each item reversed (a numpy array as a new array), so results are not the inputs."""
+
+    def predict(self, batch: list[Any]) -> list[Any]:
+        return [x[::-1].copy() if isinstance(x, np.ndarray) else x[::-1] for x in batch]
+
+
+class SlowSetup(Model):
+    """Takes ``seconds`` to set up, then returns its batches."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def setup(self, worker: WorkerContext) -> None:
+        time.sleep(self.seconds)
+
+    def predict(self, batch: list[Any]) -> list[Any]:
+        return batch
+
+
+class ReturnsWorkerOnlyClass(Model):
+    """Returns each item next to an instance of a class that only the worker can
+    import: the serving process cannot unpickle the result."""
+
+    def setup(self, worker: WorkerContext) -> None:
+        module = types.ModuleType("microbatch_worker_only")
+        exec("class Token:\n    pass", module.__dict__)
+        sys.modules[module.__name__] = module
+        self.token = module.Token
+
+    def predict(self, batch: list[Any]) -> list[Any]:
+        return [(x, self.token()) for x in batch]
