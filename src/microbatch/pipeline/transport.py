@@ -5,17 +5,18 @@ One message is a pickle (protocol 5). Buffers (numpy arrays, bytearrays) under
 band: through the worker's shared-memory arena when the message belongs to a batch
 slot, else as pipe frames of their own. A pickle that is itself that large (big
 ``bytes`` or strings inside) goes through the arena too. The first pipe frame is
-the header: the slot, then where each part lies (an arena offset and length, or
-"the next frame"), then the pickle if it is small. The receiver copies every part
-out, so what it unpickles owns its memory. Only our own processes are on these
-pipes: nothing here ever reads data that came from the network.
+the header: the slot and the number of parts; if there are any, where each lies
+(an arena offset and length, or "the next frame"), the pickle's first; then the
+pickle, if it is in band. So a small message is one frame: its slot, its pickle.
+The receiver copies every part out, so what it unpickles owns its memory. Only our
+own processes are on these pipes: nothing here ever reads data that came from the
+network.
 """
 
 from __future__ import annotations
 
 import pickle
 import struct
-from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
@@ -24,7 +25,7 @@ from .arena import ARENA_MIN_BYTES, Segment, new_buffer
 
 __all__ = ["Incoming", "Source", "read_message", "receive", "send"]
 
-_HEAD = struct.Struct("<BI")  # slot (255: none), parts: the pickle, then each buffer
+_HEAD = struct.Struct("<BI")  # slot (255: none), parts (0: the pickle follows, alone)
 _PART = struct.Struct("<qQ")  # offset in the arena (or one of the two below), length
 _NO_SLOT = 255
 _INLINE = -1  # the pickle, in the header frame after the parts
@@ -54,10 +55,14 @@ def send(
         return False
 
     body = pickle.dumps(message, protocol=5, buffer_callback=out_of_band)
+    tag = _NO_SLOT if slot is None else slot
+    if not large and len(body) < ARENA_MIN_BYTES:  # the common case: one small frame
+        conn.send_bytes(_HEAD.pack(tag, 0) + body)
+        return
     parts = [(_INLINE, len(body))] + [(_FRAME, raw.nbytes) for raw in large]
-    if arena is not None and slot is not None and (large or len(body) >= ARENA_MIN_BYTES):
+    if arena is not None and slot is not None:
         parts = _place(arena, body, large) or parts
-    head = [_HEAD.pack(_NO_SLOT if slot is None else slot, len(parts))]
+    head = [_HEAD.pack(tag, len(parts))]
     head += [_PART.pack(*part) for part in parts]
     if parts[0][0] == _INLINE:
         head.append(body)
@@ -86,7 +91,7 @@ def _place(arena: Segment, body: bytes, large: list[memoryview]) -> list[tuple[i
     return places
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Incoming:
     """A message read off the pipe, its arena parts not yet copied out."""
 
@@ -94,11 +99,7 @@ class Incoming:
     head: bytes  # the header frame
     parts: list[tuple[int, int]]  # (offset or _INLINE/_FRAME, length): the pickle, buffers
     frames: list[bytes]  # the parts that came as pipe frames, in order
-
-    @property
-    def arena_bytes(self) -> int:
-        """How many bytes :meth:`decode` copies out of the arena."""
-        return sum(length for offset, length in self.parts if offset >= 0)
+    arena_bytes: int  # how many bytes :meth:`decode` copies out of the arena
 
     def decode(self, source: Source | None) -> Any:
         """Copy the arena parts out of ``source`` (the slot's incoming file) and unpickle.
@@ -107,6 +108,8 @@ class Incoming:
             OSError: An arena part is missing.
             Exception: Whatever unpickling raises (a class this process cannot import).
         """
+        if not self.parts:
+            return pickle.loads(memoryview(self.head)[_HEAD.size :])
         (offset, length), *buffers = self.parts
         if offset == _INLINE:
             start = _HEAD.size + len(self.parts) * _PART.size
@@ -131,10 +134,13 @@ def read_message(conn: Connection) -> Incoming:
     """Read one message sent by :func:`send` off the pipe (blocks until it is
     complete); :meth:`Incoming.decode` makes the object."""
     head = conn.recv_bytes()
-    slot, count = _HEAD.unpack_from(head)
-    parts = list(_parts(head, count))
+    tag, count = _HEAD.unpack_from(head)
+    slot = None if tag == _NO_SLOT else tag
+    if not count:
+        return Incoming(slot, head, [], [], 0)
+    parts = [_PART.unpack_from(head, _HEAD.size + i * _PART.size) for i in range(count)]
     frames = [conn.recv_bytes() for offset, _ in parts[1:] if offset == _FRAME]
-    return Incoming(None if slot == _NO_SLOT else slot, head, parts, frames)
+    return Incoming(slot, head, parts, frames, sum(n for at, n in parts if at >= 0))
 
 
 def _writable(frame: bytes) -> Any:
@@ -148,9 +154,3 @@ def _writable(frame: bytes) -> Any:
 def receive(conn: Connection, source: Source | None = None) -> Any:
     """Read and decode one message sent by :func:`send`."""
     return read_message(conn).decode(source)
-
-
-def _parts(head: bytes, count: int) -> Iterator[tuple[int, int]]:
-    for index in range(count):
-        offset, length = _PART.unpack_from(head, _HEAD.size + index * _PART.size)
-        yield offset, length
