@@ -3,15 +3,24 @@
 Table 1, per-batch transport overhead (us per batch, round trip). Payloads: 64 ints,
 one item holding a 64x256 float32 array (64 KiB), and 64 items of one 256-float32 row
 each. Paths: a direct in-process call of the model; a bare pipe echo with
-``pipeline/transport.py`` (blocking, no event loop: the pure transport); the same with
-small buffers pickled in band (a candidate change, not in ``src/``);
-``ProcessPool.run`` (transport plus event-loop wake-up); ``Service`` with 64
-concurrent ``submit`` calls (plus batch formation).
+``pipeline/transport.py`` (blocking, no event loop: the pure transport; buffers under
+64 KiB pickled in band); the same with the transport before the arena (every buffer
+a pipe frame of its own); ``ProcessPool.run`` (transport plus event-loop wake-up);
+``Service`` with 64 concurrent ``submit`` calls (plus batch formation).
 
-Table 2, round trip of one float32 array to a process and back, 64 KiB to 64 MiB:
-the current pipe transport (pickle 5, out-of-band buffers, multiprocessing
-Connection) vs ``multiprocessing.shared_memory``: a fresh segment per message each
-way, and two reused segments (copy in, copy out). The caller owns its result.
+Table 2, round trip of one float32 array to a process and back, 64 KiB to 64 MiB.
+Bare echoes (blocking, no event loop): ``transport.py`` without an arena (buffers as
+pipe frames, copied out on receipt); the transport before the arena (frames used
+as they arrive: read-only arrays, one copy less); ``transport.py`` with the
+worker arena (``arena.py``: the array goes through reused shared-memory files,
+both sides copy out what they receive); and ``multiprocessing.shared_memory`` by
+hand: a fresh segment per message each way, and two reused segments (the echo
+copies slot to slot, only the caller copies out). Then ``ProcessPool.run`` with one
+item (the array), with and without the arena. The caller owns its result.
+
+Table 2b, the same ``ProcessPool.run`` round trip with the arena, the result copied
+out on the event loop vs on a thread (``pool._COPY_ON_THREAD_BYTES``): the round
+trip, and how long the loop spent in one result's receive (median, max).
 
 Table 3, the simulated accelerator (``time.sleep(0.002 + 0.00002 * n)``, max batch 64,
 max wait 10 ms) at 16, 64 and 256 closed-loop asyncio callers, fixed duration after a
@@ -25,8 +34,9 @@ Run (the venv as in the README, plus mpservice)::
     .venv-bench/bin/python benchmarks/pipeline.py            # about 3 minutes
     .venv-bench/bin/python benchmarks/pipeline.py --quick    # smoke run
 
-Writes ``benchmarks/results/pipeline.json``. Timings on a shared machine are noisy:
-the ratios within one run are what count.
+Writes ``benchmarks/results/pipeline.json`` (with ``--skip``, the skipped tables keep
+their results from the last run). Timings on a shared machine are noisy: the ratios
+within one run are what count.
 """
 
 # ruff: noqa: E402  (imports follow the sys.path fix below)
@@ -52,19 +62,23 @@ import platform
 import statistics
 import struct
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager, nullcontext, suppress
 from multiprocessing import get_context
 from multiprocessing.connection import Connection
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
 import microbatch
 from microbatch import BatchConfig, Batcher, Model, Service, Stage
 from microbatch.pipeline import ProcessPool
-from microbatch.pipeline.transport import receive, send
+from microbatch.pipeline import pool as pool_module
+from microbatch.pipeline import processes as processes_module
+from microbatch.pipeline.arena import Arena
+from microbatch.pipeline.transport import read_message, receive, send
 
 try:
     from mpservice import mpserver
@@ -132,27 +146,42 @@ if mpserver is not None:
 _HEAD = struct.Struct("<I")
 
 
-def send_inband_small(conn: Connection, message: Any, threshold: int = 64 * 1024) -> None:
-    """Like ``transport.send``, but buffers under ``threshold`` bytes stay in the pickle."""
+def send_before(conn: Connection, message: Any) -> None:
+    """The transport before the arena: every out-of-band buffer a pipe frame."""
     buffers: list[pickle.PickleBuffer] = []
-
-    def keep(buffer: pickle.PickleBuffer) -> bool:
-        if buffer.raw().nbytes < threshold:
-            return True  # true: serialise in band
-        buffers.append(buffer)
-        return False
-
-    body = pickle.dumps(message, protocol=5, buffer_callback=keep)
+    body = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
     conn.send_bytes(_HEAD.pack(len(buffers)) + body)
     for buffer in buffers:
         conn.send_bytes(buffer.raw())
 
 
-def pipe_echo(conn: Connection, inband: bool) -> None:
-    """Child: send every message back until ``None``."""
-    reply = send_inband_small if inband else send
+def receive_before(conn: Connection) -> Any:
+    """Receive what :func:`send_before` sent; the frames become the buffers, uncopied."""
+    head = conn.recv_bytes()
+    (count,) = _HEAD.unpack_from(head)
+    buffers = [conn.recv_bytes() for _ in range(count)]
+    return pickle.loads(memoryview(head)[_HEAD.size :], buffers=buffers)
+
+
+def before_echo(conn: Connection) -> None:
+    """Child: send every message back with the transport before the arena."""
+    while (message := receive_before(conn)) is not None:
+        send_before(conn, message)
+
+
+def arena_echo(conn: Connection, names: tuple[str, ...]) -> None:
+    """Child: like a worker, copy each message out of the arena and send it back
+    through the arena (slot 0); stop at the message without a slot."""
+    arena = Arena.attach(names)
+    while (message := read_message(conn)).slot is not None:
+        slot = message.slot
+        send(conn, message.decode(arena.incoming(slot)), slot, arena.outgoing(slot))
+
+
+def pipe_echo(conn: Connection) -> None:
+    """Child: send every message back until ``None`` (no arena: pipe frames)."""
     while (message := receive(conn)) is not None:
-        reply(conn, message)
+        send(conn, message)
 
 
 def shm_fresh_echo(conn: Connection) -> None:
@@ -189,8 +218,13 @@ def accelerator_worker(conn: Connection) -> None:
 
 
 @contextmanager
-def child(target: Callable[..., None], *args: Any) -> Iterator[Connection]:
-    """A spawned child running ``target(conn, *args)``; stopped (by ``None``) on exit."""
+def child(
+    target: Callable[..., None],
+    *args: Any,
+    stop: Callable[[Connection, Any], None] = send,
+) -> Iterator[Connection]:
+    """A spawned child running ``target(conn, *args)``; stopped on exit by ``None``,
+    sent with ``stop`` (the child's transport)."""
     parent, other = SPAWN.Pipe(duplex=True)
     process = SPAWN.Process(target=target, args=(other, *args), daemon=True)
     process.start()
@@ -199,7 +233,7 @@ def child(target: Callable[..., None], *args: Any) -> Iterator[Connection]:
         yield parent
     finally:
         with suppress(OSError):  # the child is gone already
-            send(parent, None)
+            stop(parent, None)
         process.join(5)
         if process.is_alive():
             process.kill()
@@ -260,25 +294,25 @@ def payloads() -> dict[str, list[Any]]:
 
 
 def overhead_sync(batch: list[Any], calls: int, blocks: int) -> dict[str, float]:
-    """Direct call and bare pipe echoes (current transport; small buffers in band)."""
+    """Direct call and bare pipe echoes (the transport now, and before the arena)."""
     model = Identity()
-    with child(pipe_echo, False) as plain, child(pipe_echo, True) as inband:
+    with child(pipe_echo) as plain, child(before_echo, stop=send_before) as before:
 
         def plain_trip() -> Any:
             send(plain, batch)
             return receive(plain)
 
-        def inband_trip() -> Any:
-            send_inband_small(inband, batch)
-            return receive(inband)
+        def before_trip() -> Any:
+            send_before(before, batch)
+            return receive_before(before)
 
         _check_same(plain_trip(), batch)
-        _check_same(inband_trip(), batch)
+        _check_same(before_trip(), batch)
         return time_blocks(
             {
                 "direct call": lambda: model.predict(batch),
                 "bare pipe (transport.py)": plain_trip,
-                "bare pipe, small buffers in band": inband_trip,
+                "bare pipe, before the arena": before_trip,
             },
             calls,
             blocks,
@@ -342,9 +376,23 @@ def table_overhead(calls: int, blocks: int) -> dict[str, dict[str, float]]:
 
 
 def pipe_trip(conn: Connection, array: np.ndarray) -> np.ndarray:
-    """One round trip through the current transport."""
+    """One round trip through the current transport, no arena (pipe frames)."""
     send(conn, array)
     result: np.ndarray = receive(conn)
+    return result
+
+
+def before_trip(conn: Connection, array: np.ndarray) -> np.ndarray:
+    """One round trip through the transport before the arena."""
+    send_before(conn, array)
+    result: np.ndarray = receive_before(conn)
+    return result
+
+
+def arena_trip(conn: Connection, array: np.ndarray, arena: Arena) -> np.ndarray:
+    """One round trip through the current transport and the arena (slot 0)."""
+    send(conn, array, 0, arena.outgoing(0))
+    result: np.ndarray = read_message(conn).decode(arena.incoming(0))
     return result
 
 
@@ -376,35 +424,139 @@ def shm_reused_trip(
     return np.ndarray(shape, dtype, buffer=out.buf).copy()
 
 
-def table_shm(sizes: list[int], budget_s: float, blocks: int) -> dict[str, dict[str, float]]:
-    """Table 2: ms per round trip for each size and transport (contenders interleaved)."""
+async def table_shm(sizes: list[int], budget_s: float, blocks: int) -> dict[str, Any]:
+    """Table 2: ms per round trip for each size and path (contenders interleaved)."""
     largest = max(sizes)
     slots = (SharedMemory(create=True, size=largest), SharedMemory(create=True, size=largest))
+    arena = Arena.create(1)
+    if arena is None:
+        raise RuntimeError("no /dev/shm here: the arena cannot be measured")
     rows: dict[str, dict[str, float]] = {}
     try:
         with (
-            child(pipe_echo, False) as pipe_conn,
+            child(pipe_echo) as pipe_conn,
+            child(before_echo, stop=send_before) as before_conn,
+            child(arena_echo, arena.names) as arena_conn,
             child(shm_fresh_echo) as fresh_conn,
             child(shm_reused_echo, slots[0].name, slots[1].name) as reused_conn,
         ):
-            for size in sizes:
-                array = np.arange(size // 4, dtype=np.float32)
-                contenders = {
-                    "pipe (transport.py)": lambda a=array: pipe_trip(pipe_conn, a),
-                    "shm, fresh segments": lambda a=array: shm_fresh_trip(fresh_conn, a),
-                    "shm, reused segments": lambda a=array: shm_reused_trip(reused_conn, a, slots),
-                }
-                for call in contenders.values():
-                    if not np.array_equal(call(), array):
-                        raise AssertionError("a round trip changed the array")
-                once = time_blocks(contenders, 1, 1)
-                calls = max(1, int(budget_s / blocks / max(once.values()) / len(contenders)))
-                times = time_blocks(contenders, calls, blocks)
-                rows[_size_name(size)] = {name: t * 1e3 for name, t in times.items()}
+            async with (
+                running_pool(arena=True) as with_arena,
+                running_pool(arena=False) as without_arena,
+            ):
+                for size in sizes:
+                    array = np.arange(size // 4, dtype=np.float32)
+                    contenders = {
+                        "pipe frames (transport.py)": aio(pipe_trip, pipe_conn, array),
+                        "pipe frames, before the arena": aio(before_trip, before_conn, array),
+                        "arena (transport.py)": aio(arena_trip, arena_conn, array, arena),
+                        "shm by hand, fresh segments": aio(shm_fresh_trip, fresh_conn, array),
+                        "shm by hand, reused segments": aio(
+                            shm_reused_trip, reused_conn, array, slots
+                        ),
+                        "ProcessPool.run, pipe frames": first(without_arena, array),
+                        "ProcessPool.run, arena": first(with_arena, array),
+                    }
+                    for call in contenders.values():
+                        if not np.array_equal(await call(), array):
+                            raise AssertionError("a round trip changed the array")
+                    once = await atime_blocks(contenders, 1, 1)
+                    calls = max(1, int(budget_s / blocks / max(once.values()) / len(contenders)))
+                    times = await atime_blocks(contenders, calls, blocks)
+                    rows[_size_name(size)] = {name: t * 1e3 for name, t in times.items()}
+                    print(f"  {_size_name(size)}: {calls} calls x {blocks} blocks", flush=True)
     finally:
+        arena.close()
         for segment in slots:
             segment.close()
             segment.unlink()
+    return rows
+
+
+def aio(trip: Callable[..., np.ndarray], *args: Any) -> Callable[[], Awaitable[np.ndarray]]:
+    """A blocking round trip as a coroutine function, to interleave with the pools."""
+
+    async def call() -> np.ndarray:
+        return trip(*args)
+
+    return call
+
+
+def first(pool: ProcessPool, array: np.ndarray) -> Callable[[], Awaitable[np.ndarray]]:
+    """``pool.run([array])``, answering the one result."""
+
+    async def call() -> np.ndarray:
+        (result,) = await pool.run([array])
+        if not isinstance(result, np.ndarray):
+            raise AssertionError(f"the pool answered {result!r}")
+        return result
+
+    return call
+
+
+@asynccontextmanager
+async def running_pool(arena: bool, pool: ProcessPool | None = None) -> AsyncIterator[ProcessPool]:
+    """A started, warmed-up one-worker pool of :class:`Identity`; ``arena=False``
+    gives its worker no arena, so that everything goes through the pipe."""
+    pool = pool or ProcessPool(Stage(Identity, batching=BatchConfig(max_batch_size=BATCH)))
+    no_arena = mock.patch.object(processes_module.Arena, "create", return_value=None)
+    with nullcontext() if arena else no_arena:
+        await pool.start()
+    await pool.warm_up([])
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+class TimedPool(ProcessPool):
+    """A pool that records how long the event loop spends taking each message."""
+
+    def __init__(self, stage: Stage) -> None:
+        super().__init__(stage)
+        self.receive_s: list[float] = []
+
+    def _take_message(self, worker: Any) -> bool:
+        start = time.perf_counter()
+        try:
+            return super()._take_message(worker)
+        finally:
+            self.receive_s.append(time.perf_counter() - start)
+
+
+async def table_receive(sizes: list[int], budget_s: float, blocks: int) -> dict[str, Any]:
+    """Table 2b: a result copied out on the event loop vs on a thread."""
+    rows: dict[str, dict[str, float]] = {}
+    default = pool_module._COPY_ON_THREAD_BYTES
+    stage = Stage(Identity, batching=BatchConfig(max_batch_size=BATCH))
+    async with running_pool(True, TimedPool(stage)) as pool:
+        assert isinstance(pool, TimedPool)
+        for size in sizes:
+            array = np.arange(size // 4, dtype=np.float32)
+            trip = first(pool, array)
+            await trip()
+            start = time.perf_counter()
+            await trip()
+            calls = max(1, int(budget_s / blocks / 2 / (time.perf_counter() - start)))
+            samples: dict[str, list[float]] = {"loop": [], "thread": []}
+            receive: dict[str, list[float]] = {"loop": [], "thread": []}
+            for _ in range(blocks):
+                for where in samples:
+                    pool_module._COPY_ON_THREAD_BYTES = 0 if where == "thread" else 1 << 62
+                    gc.collect()
+                    pool.receive_s.clear()
+                    begin = time.perf_counter()
+                    for _ in range(calls):
+                        await trip()
+                    samples[where].append((time.perf_counter() - begin) / calls)
+                    receive[where].extend(pool.receive_s)
+            pool_module._COPY_ON_THREAD_BYTES = default
+            row: dict[str, float] = {}
+            for where in samples:
+                row[f"round trip, copy on {where}"] = statistics.median(samples[where]) * 1e3
+                row[f"loop in receive, copy on {where}"] = statistics.median(receive[where]) * 1e3
+                row[f"loop in receive max, copy on {where}"] = max(receive[where]) * 1e3
+            rows[_size_name(size)] = row
     return rows
 
 
@@ -616,6 +768,8 @@ def print_tables(results: dict[str, Any]) -> None:
         print_overhead(results["overhead_us"])
     if "shm_ms" in results:
         print_shm(results["shm_ms"])
+    if "receive_ms" in results:
+        print_receive(results["receive_ms"])
     if "accelerator" in results:
         print_accelerator(results["accelerator"], results["accelerator_ratios"])
 
@@ -633,21 +787,36 @@ def print_overhead(table: dict[str, dict[str, float]]) -> None:
                 print(f"    {path:36} {value:10.1f} us   (+{value - direct:.1f} over direct)")
 
 
-def print_shm(table: dict[str, dict[str, float]]) -> None:
-    """Table 2 as text."""
-    print("\nTable 2: one array to a process and back, ms per round trip (ratio: pipe / shm)")
-    names = list(next(iter(table.values())))
-    print(
-        f"  {'size':8}" + "".join(f"{name:>24}" for name in names) + f"{'pipe/fresh':>12}"
-        f"{'pipe/reused':>12}"
-    )
+def print_receive(table: dict[str, dict[str, float]]) -> None:
+    """Table 2b as text."""
+    print("\nTable 2b: ProcessPool.run with the arena, ms: result copied out on the loop / thread")
+    print(f"  {'size':8}{'round trip':>22}{'loop in receive':>22}{'loop in receive, max':>24}")
     for size, row in table.items():
-        pipe = row[names[0]]
-        print(
-            f"  {size:8}"
-            + "".join(f"{row[name]:24.3f}" for name in names)
-            + f"{pipe / row[names[1]]:12.2f}{pipe / row[names[2]]:12.2f}"
-        )
+        cells = [
+            f"{row[f'{what}, copy on loop']:9.3f} /{row[f'{what}, copy on thread']:9.3f}"
+            for what in ("round trip", "loop in receive", "loop in receive max")
+        ]
+        print(f"  {size:8}{cells[0]:>22}{cells[1]:>22}{cells[2]:>24}")
+
+
+def print_shm(table: dict[str, dict[str, float]]) -> None:
+    """Table 2 as text: a line per path, a column per size, then the speed-ups."""
+    print("\nTable 2: one float32 array to a process and back, ms per round trip")
+    sizes = list(table)
+    print(f"  {'path':34}" + "".join(f"{size:>10}" for size in sizes))
+    for path in table[sizes[0]]:
+        print(f"  {path:34}" + "".join(f"{table[size][path]:10.3f}" for size in sizes))
+    ratios = {
+        "pipe frames / arena": ("pipe frames (transport.py)", "arena (transport.py)"),
+        "before the arena / arena": ("pipe frames, before the arena", "arena (transport.py)"),
+        "ProcessPool.run: pipe / arena": (
+            "ProcessPool.run, pipe frames",
+            "ProcessPool.run, arena",
+        ),
+    }
+    for name, (top, bottom) in ratios.items():
+        cells = "".join(f"{table[size][top] / table[size][bottom]:9.2f}x" for size in sizes)
+        print(f"  {name:34}" + cells)
 
 
 def print_accelerator(rows: list[dict[str, Any]], ratios: dict[str, dict[str, float]]) -> None:
@@ -677,13 +846,19 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="table 3 window per run")
     parser.add_argument("--warmup", type=float, default=1.0, help="table 3 warm-up per run")
     parser.add_argument("--levels", type=int, nargs="+", default=[16, 64, 256])
-    parser.add_argument("--skip", nargs="*", default=[], choices=["overhead", "shm", "accel"])
+    parser.add_argument(
+        "--skip",
+        nargs="*",
+        default=[],
+        choices=["overhead", "shm", "accel"],
+        help="tables not to run (the JSON keeps their last results)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     if args.quick:
         args.seconds, args.warmup = 1.0, 0.3
     calls, blocks = (50, 3) if args.quick else (400, 7)
-    sizes = [64 * 1024, MIB, 16 * MIB, 64 * MIB]
+    sizes = [64 * 1024, MIB, 4 * MIB, 16 * MIB, 64 * MIB]
 
     print(
         f"microbatch {microbatch.__version__}, Python {platform.python_version()}, "
@@ -693,7 +868,9 @@ def main() -> None:
     if "overhead" not in args.skip:
         results["overhead_us"] = table_overhead(calls, blocks)
     if "shm" not in args.skip:
-        results["shm_ms"] = table_shm(sizes, 1.0 if args.quick else 6.0, 3 if args.quick else 5)
+        budget_s, shm_blocks = (1.0, 3) if args.quick else (8.0, 5)
+        results["shm_ms"] = asyncio.run(table_shm(sizes, budget_s, shm_blocks))
+        results["receive_ms"] = asyncio.run(table_receive(sizes, budget_s / 2, shm_blocks))
     if "accel" not in args.skip:
         rows = table_accelerator(args.levels, args.warmup, args.seconds)
         results["accelerator"] = rows
@@ -707,6 +884,8 @@ def main() -> None:
             "mpservice": f"batch_size={BATCH}, batch_wait_time={LATENCY_MS / 1e3}",
         }
     print_tables(results)
+    if args.skip and args.out.exists():
+        results = {**json.loads(args.out.read_text()), **results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nwrote {args.out}")
