@@ -6,22 +6,35 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import pickle
+import random
 import signal
 import stat
 import subprocess
 import sys
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from microbatch import BatchConfig
 from microbatch.errors import RemoteError, WorkerDied
 from microbatch.pipeline import ProcessPool, Service, Stage
 from microbatch.pipeline.arena import ARENA_MIN_BYTES, SHM_DIR
-from tests.integration.pipeline_models import ReturnsWorkerOnlyClass, Reverse, Slow, SlowSetup
+from tests.integration.pipeline_models import (
+    Identity,
+    ReturnsWorkerOnlyClass,
+    Reverse,
+    Slow,
+    SlowSetup,
+)
 from tests.integration.test_pipeline_lifecycle import eventually
+from tests.unit.test_transport import SIZES, array, same
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -173,3 +186,47 @@ async def test_a_result_the_serving_process_cannot_read_fails_its_items_only(siz
             await service.submit(b"y" * size)
         assert caught.value.type_name == "ModuleNotFoundError"
         assert await service.pools[0].run([]) == []  # the worker still serves
+
+
+@pytest.fixture(scope="module")
+def run_batches() -> Iterator[Callable[[list[list[Any]]], list[list[Any]]]]:
+    """Runs batches at once through a two-worker pool that lives on an event loop of
+    its own (hypothesis drives plain functions)."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    def call(coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, loop).result(timeout=60)
+
+    async def run(batches: list[list[Any]]) -> list[list[Any]]:
+        return await asyncio.gather(*(pool.run(batch) for batch in batches))
+
+    pool = ProcessPool(Stage(Identity, workers=2))
+    call(pool.start())
+    call(pool.warm_up([]))
+    yield lambda batches: call(run(batches))
+    call(pool.close())
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join()
+    loop.close()
+
+
+sizes = st.sampled_from([*SIZES, 5 * MIB]) | st.integers(0, 3 * EDGE)
+leaves = st.builds(
+    array,
+    sizes,
+    st.sampled_from(["u1", "f4", ">f8"]),
+    st.sampled_from(["flat", "fortran", "strided"]),
+    st.integers(0, 2**32 - 1),
+) | st.builds(lambda n, seed: random.Random(seed).randbytes(n), sizes, st.integers())
+batches = st.lists(st.lists(leaves | st.tuples(leaves, leaves), min_size=1, max_size=4), max_size=5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(sent=batches)
+def test_any_mix_of_buffer_sizes_round_trips_through_workers_byte_exact(
+    run_batches: Callable[[list[list[Any]]], list[list[Any]]], sent: list[list[Any]]
+) -> None:
+    got = run_batches(sent)  # up to 5 batches at once: two in flight per worker
+    assert same(pickle.loads(pickle.dumps(sent, protocol=5)), got)
