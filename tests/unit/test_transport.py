@@ -3,6 +3,8 @@ pipe frames; every mix of sizes arrives byte for byte, writable, owned by the re
 
 from __future__ import annotations
 
+import errno
+import os
 import pickle
 import random
 import threading
@@ -127,3 +129,26 @@ def test_arrays_arrive_writable_and_survive_the_next_message(
     for array in first:
         assert array.flags.writeable and (array == 1).all()
         array += 1
+
+
+def test_a_full_dev_shm_sends_the_large_parts_as_pipe_frames(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    serving, worker = Pipe(duplex=True)
+    arena = Arena.create(1)
+    assert arena is not None
+    attached = Arena.attach(arena.names)
+
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    try:
+        message = [np.arange(EDGE, dtype=np.uint16), b"z" * (2 * EDGE)]
+        got, through_arena = trip((serving, worker, arena, attached), message, 0, arena=True)
+        assert through_arena == 0 and same(message, got)
+    finally:
+        attached.close()
+        arena.close()
+        serving.close()
+        worker.close()
