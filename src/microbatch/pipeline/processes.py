@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -97,6 +98,9 @@ def spawn(
         child.close()
     worker = WorkerHandle(index, process, parent, loop.create_future(), arena)
     loop.add_reader(parent.fileno(), on_message, worker)
+    # uvloop makes a watched descriptor non-blocking, but messages are read whole: a
+    # read that found half a message would fail with BlockingIOError.
+    os.set_blocking(parent.fileno(), True)
     loop.add_reader(process.sentinel, on_death, worker)
     return worker
 

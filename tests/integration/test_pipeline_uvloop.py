@@ -1,0 +1,36 @@
+"""Process stages under uvloop, the loop ``microbatch serve`` runs on.
+
+uvloop makes every descriptor it watches non-blocking; the pipes to the workers carry
+messages far larger than a socket buffer, which must still arrive whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+import uvloop
+
+from microbatch.pipeline import ProcessPool, Service, Stage
+from tests.integration.pipeline_models import Identity
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_messages_larger_than_the_pipe_buffer_arrive_whole_both_ways() -> None:
+    async def main() -> tuple[list[list[float]], int]:
+        stage = Stage(Identity, max_batch_size=8, max_latency_ms=5)
+        async with Service(stage) as service:
+            # about 300 KB pickled per item in each direction, 8 items per batch
+            items = [[i + j / 7 for j in range(30_000)] for i in range(24)]
+            results = await asyncio.gather(*(service.submit(item) for item in items))
+            pool = service.pools[0]
+            assert isinstance(pool, ProcessPool)
+            for worker in pool._workers:  # the pipes uvloop watches
+                assert worker is not None and os.get_blocking(worker.conn.fileno())
+            return results, service.stats().stages[0].restarts
+
+    results, restarts = uvloop.run(main())
+    assert results == [[i + j / 7 for j in range(30_000)] for i in range(24)]
+    assert restarts == 0
