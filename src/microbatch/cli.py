@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -30,18 +31,56 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--seconds", type=float, default=3.0, help="length of each run")
     demo.add_argument("--max-batch-size", type=int, default=64)
     demo.add_argument("--max-latency-ms", type=float, default=10.0)
-    add_serve_arguments(
-        commands.add_parser("serve", help="serve a Service or @batch function over HTTP")
-    )
+    serve = commands.add_parser("serve", help="serve a Service or @batch function over HTTP")
+    add_serve_arguments(serve)
+    add_ray_arguments(serve)
     tune.add_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "serve":
-        return run_serve(args)
+        return run_serve_on_ray(args) if args.ray else run_serve(args)
     if args.command == "tune":
         return tune.run(args)
     if args.command == "demo":
         run_demo(args.callers, args.threads, args.seconds, args.max_batch_size, args.max_latency_ms)
     return 0
+
+
+def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare ``serve``'s Ray options (Ray itself is imported only with ``--ray``)."""
+    group = parser.add_argument_group(
+        "Ray", "deploy on a Ray cluster behind Ray Serve's proxy (needs microbatch[ray])"
+    )
+    group.add_argument(
+        "--ray",
+        action="store_true",
+        help="serve as a Ray Serve application (--host/--port: its proxy)",
+    )
+    group.add_argument("--replicas", type=int, default=1, help="replicas of the service (1)")
+    group.add_argument(
+        "--ray-address",
+        default=None,
+        help="cluster to join: auto, HOST:PORT or env RAY_ADDRESS (default: start a local Ray)",
+    )
+    group.add_argument("--replica-cpus", type=float, default=1.0, help="CPUs per replica (1)")
+    group.add_argument(
+        "--replica-gpus", type=float, default=0.0, help="GPUs per replica, fractional allowed (0)"
+    )
+    group.add_argument(
+        "--replica-stages",
+        choices=["thread", "process"],
+        default="thread",
+        help="a Service's stages in threads of each replica (default) or in worker processes",
+    )
+
+
+def run_serve_on_ray(args: argparse.Namespace) -> int:
+    """``microbatch serve --ray``: a clear message, not a traceback, without Ray."""
+    try:
+        from .ray.command import run_on_ray
+    except ImportError as error:
+        print(f"microbatch serve --ray: {error}", file=sys.stderr)
+        return 2
+    return run_on_ray(args)
 
 
 def run_demo(

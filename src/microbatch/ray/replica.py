@@ -1,0 +1,97 @@
+"""One Ray Serve replica: a fresh copy of the service behind microbatch's own HTTP app.
+
+Ray's proxy hands each HTTP request to a replica's ASGI app, which is microbatch's
+:class:`~microbatch.http.HttpApp`: the same routes, codecs and status codes as
+``microbatch serve``. Ray runs the app's lifespan when the replica starts (the
+service starts its stages and warms up before the replica takes traffic) and when
+it stops (the service drains and stops). ``DeploymentHandle`` callers reach
+:meth:`Replica.submit`, which feeds the same batcher as HTTP requests do.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ray import serve
+
+from ..errors import BatcherClosed, StageFailed
+from ..http.app import HttpApp, HttpConfig
+from ..http.asgi import Receive, Scope, Send
+from ..http.target import as_target
+from ..pipeline.service import ServiceStats
+from .recipe import Recipe
+from .settings import StageMode
+
+__all__ = ["Replica", "UnderRoutePrefix"]
+
+
+class UnderRoutePrefix:
+    """Serves an app under a Ray Serve ``route_prefix``: Ray passes the full path
+    (``/embed/predict``) with the prefix as ``root_path`` (``/embed``), and the app's
+    routes are relative to it.
+
+    Args:
+        app: The HTTP app.
+    """
+
+    def __init__(self, app: HttpApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Call the app with the path below ``root_path``."""
+        prefix = scope.get("root_path", "").rstrip("/")
+        path = scope.get("path", "")
+        if prefix and (path == prefix or path.startswith(prefix + "/")):
+            scope = {**scope, "path": path[len(prefix) :] or "/"}
+        await self.app(scope, receive, send)
+
+
+@serve.ingress()
+class Replica:
+    """A replica of a microbatch deployment (made by Ray, one per replica actor).
+
+    Args:
+        recipe: What to build the service from.
+        stage_mode: Where a Service's stages run (see
+            :class:`~microbatch.ray.ReplicaSettings`).
+        http: The HTTP app's settings (limits, deadline, bearer token).
+    """
+
+    def __init__(self, recipe: Recipe, stage_mode: StageMode, http: HttpConfig) -> None:
+        self._http = HttpApp(as_target(recipe.build(stage_mode)), http)
+
+    def __serve_build_asgi_app__(self) -> UnderRoutePrefix:
+        """The ingress app; Ray runs its lifespan, which starts the service."""
+        return UnderRoutePrefix(self._http)
+
+    async def submit(self, item: Any, timeout_s: float | None = None) -> Any:
+        """Run one item through the service and return its result.
+
+        Args:
+            item: The item, as the service's first stage takes it.
+            timeout_s: Deadline from now, measured in the replica.
+
+        Raises:
+            Whatever the service raises for this item (``Overloaded``,
+            ``DeadlineExceeded``, the model's error, ...); Ray carries it back.
+        """
+        if self._http.draining:
+            raise BatcherClosed("the replica is shutting down")
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        return await self._http.target.submit(item, deadline=deadline)
+
+    async def stats(self) -> ServiceStats:
+        """This replica's counters: its stages' workers and batching."""
+        return self._http.target.stats()
+
+    async def check_health(self) -> None:
+        """Ray's periodic health check: a replica whose service cannot take items
+        (a stage without a live worker) fails it, and after a few failures in a row
+        Ray replaces the replica.
+
+        Raises:
+            StageFailed: The service is not ready and not shutting down.
+        """
+        if not self._http.target.ready and not self._http.draining:
+            raise StageFailed("the service in this replica is not ready")

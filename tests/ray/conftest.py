@@ -1,0 +1,54 @@
+"""One local Ray instance for the tests that need one, started and stopped here.
+
+It binds Ray Serve's proxy to a free port of 127.0.0.1; at the end it stops Serve and
+Ray and checks that every process they started is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import ray
+from ray import serve
+
+from .models import NAMESPACE
+from .processes import descendants, wait_gone
+
+EXIT_GUARD_S = 60.0
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The running local Ray instance: the URL of Serve's HTTP proxy."""
+
+    url: str
+
+
+def free_port() -> int:
+    """A port that was free on 127.0.0.1 a moment ago."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    """Ray with 2 CPUs and Serve on a free port; all of it stopped afterwards."""
+    before = descendants(os.getpid())
+    ray.init(num_cpus=2, include_dashboard=False, namespace=NAMESPACE, log_to_driver=False)
+    port = free_port()
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        yield Cluster(f"http://127.0.0.1:{port}")
+    finally:
+        started = descendants(os.getpid()) - before
+        try:
+            serve.shutdown()
+        finally:
+            ray.shutdown()
+        left = wait_gone(started, EXIT_GUARD_S)
+        assert not left, f"Ray left processes behind: {sorted(left)}"
