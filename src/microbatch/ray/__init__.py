@@ -13,7 +13,7 @@ except ImportError as error:
         f"microbatch.ray needs Ray Serve ({error}): pip install 'microbatch[ray]'"
     ) from error
 
-from .application import ReplicaOptions, application, deployment
+from .application import ReplicaOptions, application, deployment, deployment_options
 from .client import ServiceClient
 from .recipe import FunctionRecipe, Recipe, ServiceRecipe, recipe_for
 from .replica import Replica
@@ -30,5 +30,6 @@ __all__ = [
     "StageMode",
     "application",
     "deployment",
+    "deployment_options",
     "recipe_for",
 ]

@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from ray import serve
 
 from ..http.app import HttpConfig
-from .recipe import ServiceRecipe, recipe_for
+from .recipe import Recipe, ServiceRecipe, recipe_for
 from .replica import Replica
 from .settings import ReplicaSettings, StageMode
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["ReplicaOptions", "application", "deployment"]
+__all__ = ["ReplicaOptions", "application", "deployment", "deployment_options"]
 
 _SHUTDOWN_MARGIN_S = 10.0  # past the service's own grace, before Ray kills the replica
 
@@ -54,6 +54,15 @@ def deployment(
     """
     settings = settings if settings is not None else ReplicaSettings()
     recipe = recipe_for(served)
+    options = deployment_options(recipe, settings, name)
+    bound_http = http if http is not None else HttpConfig()
+    return serve.deployment(Replica, **options).bind(recipe, settings.stage_mode, bound_http)
+
+
+def deployment_options(
+    recipe: Recipe, settings: ReplicaSettings, name: str | None = None
+) -> dict[str, Any]:
+    """The keyword arguments of ``serve.deployment`` for a recipe and its settings."""
     options: dict[str, Any] = {
         "name": name or recipe.name,
         "max_ongoing_requests": settings.max_ongoing_requests or recipe.bound,
@@ -62,8 +71,7 @@ def deployment(
     }
     if isinstance(recipe, ServiceRecipe):
         options["graceful_shutdown_timeout_s"] = recipe.grace_s + _SHUTDOWN_MARGIN_S
-    bound_http = http if http is not None else HttpConfig()
-    return serve.deployment(Replica, **options).bind(recipe, settings.stage_mode, bound_http)
+    return options
 
 
 def application(
