@@ -77,11 +77,14 @@ class Gate:
 
 
 class Held(Model):
-    """``x -> 2x``, each batch held at the gate until the test opens it."""
+    """``x -> 2x``, each batch held at the named gate until the test opens it."""
+
+    def __init__(self, gate: str = GATE_NAME) -> None:
+        self.gate_name = gate
 
     def setup(self, worker: WorkerContext) -> None:
         self.replica = replica_name()
-        self.gate = ray.get_actor(GATE_NAME, namespace=NAMESPACE)
+        self.gate = ray.get_actor(self.gate_name, namespace=NAMESPACE)
 
     def predict(self, batch: list[float]) -> list[Tagged]:
         if batch:

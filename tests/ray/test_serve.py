@@ -19,6 +19,7 @@ import ray
 from ray import serve
 
 import microbatch
+from microbatch import Service, Stage
 from microbatch.pipeline.service import ServiceStats
 from microbatch.ray import ServiceClient, application
 
@@ -156,6 +157,24 @@ def test_blocking_callers_use_the_same_handle(deployed: Deployed) -> None:
     assert client.submit_blocking(Point(4.0)).y == 8.0
     with pytest.raises(ValueError, match="poison"):
         client.submit_blocking(Point(POISON))
+
+
+async def test_a_full_replica_answers_overloaded_at_once(cluster: Cluster) -> None:
+    gate = models.Gate.options(name="overload-gate", namespace=models.NAMESPACE).remote()
+    full = Service(Stage(models.Held, workers=2, kwargs={"gate": "overload-gate"}), max_in_flight=2)
+    handle = serve.run(application(full, num_cpus=0.25), name="full", route_prefix="/full")
+    client = ServiceClient(handle)
+    inside = [asyncio.ensure_future(client.submit(x)) for x in (1.0, 2.0)]
+    await gate.arrivals.remote(2)
+    with pytest.raises(microbatch.Overloaded):
+        await client.submit(3.0)
+    async with httpx.AsyncClient(base_url=cluster.url, timeout=HANG_GUARD_S) as http:
+        refused = await http.post("/full/predict", json=4.0)
+    assert (refused.status_code, refused.json()["error"]) == (503, "Overloaded")
+    assert refused.headers["retry-after"] == "1"
+    await gate.open.remote()
+    assert [(await answer).y for answer in inside] == [2.0, 4.0]
+    serve.delete("full")
 
 
 async def test_a_killed_replica_loses_only_the_items_it_held(cluster: Cluster) -> None:

@@ -148,7 +148,7 @@ def test_deployment_options_keep_batches_uncapped_and_outlast_the_services_grace
     options = deployment_options(recipe, ReplicaSettings(num_replicas=2, num_gpus=0.5))
     assert options == {
         "name": "Double",
-        "max_ongoing_requests": 300,
+        "max_ongoing_requests": 300 + 64,
         "ray_actor_options": {"num_cpus": 1.0, "num_gpus": 0.5},
         "num_replicas": 2,
         "graceful_shutdown_timeout_s": 15.0,
@@ -157,7 +157,7 @@ def test_deployment_options_keep_batches_uncapped_and_outlast_the_services_grace
     told = deployment_options(function, ReplicaSettings(max_ongoing_requests=7), name="x")
     assert (told["name"], told["max_ongoing_requests"]) == ("x", 7)
     assert "graceful_shutdown_timeout_s" not in told
-    assert deployment_options(function, ReplicaSettings())["max_ongoing_requests"] == 10 + 64
+    assert deployment_options(function, ReplicaSettings())["max_ongoing_requests"] == 10 + 2 * 64
 
 
 @pytest.mark.parametrize(

@@ -65,7 +65,9 @@ def deployment_options(
     """The keyword arguments of ``serve.deployment`` for a recipe and its settings."""
     options: dict[str, Any] = {
         "name": name or recipe.name,
-        "max_ongoing_requests": settings.max_ongoing_requests or recipe.bound,
+        # Past the service's own bound, so that the replica answers Overloaded at once.
+        "max_ongoing_requests": settings.max_ongoing_requests
+        or recipe.bound + recipe.items_per_replica,
         "ray_actor_options": settings.actor_options(),
         **settings.scaling(recipe.items_per_replica),
     }

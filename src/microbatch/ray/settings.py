@@ -33,9 +33,10 @@ class ReplicaSettings:
         num_gpus: GPUs Ray reserves for each replica; fractional values share a GPU
             (0.5: two replicas per GPU). Ray sets ``CUDA_VISIBLE_DEVICES`` for it.
         max_ongoing_requests: Requests Ray sends to one replica at once. Default:
-            the service's own bound (``max_in_flight``, or the function's queue plus
-            its batches), so that an overloaded replica answers with microbatch's
-            own ``Overloaded`` (HTTP 503) and batches are never capped by Ray.
+            a little more than the service's own bound (``max_in_flight``, or the
+            function's queue plus its batches), so that batches are never capped by
+            Ray and an overloaded replica answers microbatch's own ``Overloaded``
+            (HTTP 503) at once instead of Ray queueing the request.
         stage_mode: ``"thread"`` (default; measured faster under Ray, see the
             README): a Service's stages run in threads of the replica's process,
             and Ray's replicas are the processes. ``"process"``: each stage keeps
