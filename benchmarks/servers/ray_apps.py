@@ -57,4 +57,4 @@ class ServeBatched:
         return await asyncio.to_thread(self.workload.predict, bodies)
 
     async def __call__(self, request: Request) -> dict[str, Any]:
-        return await self.predict(await request.json())  # type: ignore[no-any-return]
+        return await self.predict(await request.json())
