@@ -132,3 +132,15 @@ class Recorder(Model):
     def predict(self, batch: list[Any]) -> list[Any]:
         Recorder.seen.extend(batch)
         return batch
+
+
+class SlowRecorder(Recorder):
+    """:class:`Recorder` that takes ``seconds`` per batch (``seen`` is shared)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def predict(self, batch: list[Any]) -> list[Any]:
+        Recorder.seen.extend(batch)
+        time.sleep(self.seconds)
+        return batch

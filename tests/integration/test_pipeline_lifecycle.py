@@ -281,6 +281,30 @@ async def test_items_whose_callers_left_are_not_computed_by_the_next_stage() -> 
     assert sorted(item[0] for item in Recorder.seen) == [0, 2, 4]
 
 
+async def test_an_item_that_expires_while_its_batch_waits_for_a_worker_is_not_computed() -> None:
+    from tests.integration.pipeline_models import Recorder, SlowRecorder
+
+    Recorder.seen = []
+    stage = Stage(
+        SlowRecorder,
+        mode="thread",
+        batching=batching(max_latency_ms=0, max_batch_size=1),
+        args=(0.2,),
+    )
+    async with Service(stage) as service:
+        first = asyncio.create_task(service.submit(0))
+        await eventually(lambda: Recorder.seen == [0])
+        due = asyncio.get_running_loop().time() + 0.3  # 0 ends at 0.2, 1 at 0.4
+        # When 0 finishes, 1 starts, 2 is handed to the stage to wait for the model
+        # (run ahead) and expires there; 3 expires in the queue.
+        late = [asyncio.create_task(service.submit(i, deadline=due)) for i in (1, 2, 3)]
+        outcomes = await asyncio.gather(first, *late, return_exceptions=True)
+        await eventually(lambda: service.stats().stages[0].batching.in_flight == 0)
+    assert outcomes[0] == 0
+    assert all(isinstance(outcome, DeadlineExceeded) for outcome in outcomes[1:])
+    assert Recorder.seen == [0, 1]
+
+
 async def test_a_pool_asked_to_run_before_its_warm_up_fails_fast() -> None:
     pool = ProcessPool(Stage(Identity))
     await pool.start()

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import itertools
 from collections import deque
+from collections.abc import Sequence
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -111,14 +112,21 @@ class ProcessPool:
             self._serve(worker)
         return results[0] if results else []
 
-    async def run(self, items: list[Any]) -> list[Any]:
+    async def run(
+        self, items: list[Any], deadlines: Sequence[float | None] | None = None
+    ) -> list[Any]:
         """Run one batch on the least busy worker; return its outcomes.
+
+        An item whose deadline (``time.monotonic()``) has passed when the worker
+        comes to it, while the batch waited behind the one it runs, is left out:
+        its outcome is DeadlineExceeded.
 
         Never raises for the batch as a whole: a model error is a RemoteError at its
         item's place, and a dead worker or failed stage is every item's outcome, so
         the batcher does not split and run again what may not be run twice.
         """
-        batch = Batch(items, asyncio.get_running_loop().create_future(), self.stage.idempotent)
+        loop = asyncio.get_running_loop()
+        batch = Batch(items, loop.create_future(), self.stage.idempotent, deadlines)
         if self._failed is not None:
             return [self._failed] * len(items)
         if self._warm_up_items is None:  # no worker would ever take it
@@ -188,7 +196,7 @@ class ProcessPool:
 
     def _send(self, worker: WorkerHandle, batch: Batch) -> None:
         batch_id = next(self._batch_ids)
-        send(worker.conn, (batch_id, batch.items))
+        send(worker.conn, (batch_id, batch.items, batch.deadlines))
         worker.batches[batch_id] = batch
 
     def _on_message(self, worker: WorkerHandle) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -28,6 +28,7 @@ class Batch:
     items: list[Any]
     future: asyncio.Future[list[Any]]
     retry: bool  # may run once more elsewhere if its worker dies while running it
+    deadlines: Sequence[float | None] | None = None  # the worker leaves out expired items
 
 
 @dataclass(eq=False)

@@ -41,8 +41,11 @@ class WorkerPool(Protocol):
     async def warm_up(self, items: list[Any]) -> list[Any]:
         """Run ``items`` through every worker; return one worker's outcomes."""
 
-    async def run(self, items: list[Any]) -> list[Any]:
-        """Run one batch on an idle worker; return one outcome per item."""
+    async def run(
+        self, items: list[Any], deadlines: Sequence[float | None] | None = None
+    ) -> list[Any]:
+        """Run one batch on an idle worker; return one outcome per item. An item
+        whose deadline passes before the worker comes to it is not computed."""
 
     async def close(self) -> None:
         """Stop the workers."""
@@ -110,8 +113,14 @@ class Service:
             ThreadPool(stage) if stage.mode == "thread" else ProcessPool(stage) for stage in stages
         ]
         self._batchers: list[Batcher[Any, Any]] = [
-            # A full batch may wait at a worker for the running one (workers queue it).
-            Batcher(pool.run, stage.config, run_ahead=True)
+            # A full batch may wait at a worker for the running one (workers queue it),
+            # so the worker is told each item's deadline and leaves out expired ones.
+            Batcher(
+                pool.run,
+                stage.config,
+                run_ahead=True,
+                pass_deadlines=stage.config.rows is None,
+            )
             for pool, stage in zip(self._pools, stages, strict=True)
         ]
         self._in_flight = 0
