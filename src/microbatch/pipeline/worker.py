@@ -75,8 +75,8 @@ def worker_main(conn: Connection, pickled_spec: bytes) -> None:
         outcomes = _portable(outcomes)
         try:
             send(conn, (batch_id, outcomes))
-        except OSError:
-            raise
+        except OSError:  # the serving process is gone: nobody to answer
+            return
         except Exception:  # a result that does not pickle: nothing was written yet
             send(conn, (batch_id, [_pickled_or_error(outcome) for outcome in outcomes]))
 
