@@ -71,6 +71,22 @@ async def test_400_for_a_malformed_body(body: bytes, headers: dict[str, str]) ->
     assert reply.json()["error"] == "MalformedBody"
 
 
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (b"[" * 10_000 + b"]" * 10_000, "application/json"),
+        (b"\x91" * 10_000 + b"\xc0", "application/msgpack"),
+    ],
+)
+async def test_400_for_a_body_nested_too_deeply(body: bytes, content_type: str) -> None:
+    async with serving(app(models.untyped)) as client:
+        reply = await client.post("/predict", content=body, headers={"content-type": content_type})
+        fine = await client.post("/predict", content=b"[[[1]]]", headers=JSON)
+    assert reply.status_code == 400
+    assert reply.json()["error"] == "MalformedBody" and "nested" in reply.json()["message"]
+    assert fine.json() == {"echo": [[[1]]]}
+
+
 async def test_415_and_406_for_formats_other_than_json_and_msgpack() -> None:
     async with serving(app(models.double)) as client:
         pickled = await client.post(

@@ -103,17 +103,35 @@ def _declared_dtype(expected: Any) -> Any:
 _json_encoder = msgspec.json.Encoder(enc_hook=encode_hook)
 _msgpack_encoder = msgspec.msgpack.Encoder(enc_hook=encode_hook)
 
+
+def _bounded_depth(decode: Decoder) -> Decoder:
+    """``decode``, with a body nested too deeply for msgspec (RecursionError, from a
+    few hundred levels on) reported as a malformed body (400), not a server error."""
+
+    def decode_bounded(body: bytes) -> Any:
+        try:
+            return decode(body)
+        except RecursionError:
+            raise msgspec.DecodeError("the body is nested too deeply") from None
+
+    return decode_bounded
+
+
 JSON = Codec(
     name="json",
     media_type=b"application/json",
     encode=_json_encoder.encode,
-    make_decoder=lambda item_type: msgspec.json.Decoder(item_type, dec_hook=decode_hook).decode,
+    make_decoder=lambda item_type: _bounded_depth(
+        msgspec.json.Decoder(item_type, dec_hook=decode_hook).decode
+    ),
 )
 MSGPACK = Codec(
     name="msgpack",
     media_type=b"application/msgpack",
     encode=_msgpack_encoder.encode,
-    make_decoder=lambda item_type: msgspec.msgpack.Decoder(item_type, dec_hook=decode_hook).decode,
+    make_decoder=lambda item_type: _bounded_depth(
+        msgspec.msgpack.Decoder(item_type, dec_hook=decode_hook).decode
+    ),
 )
 CODECS = (JSON, MSGPACK)
 
