@@ -85,11 +85,12 @@ class HeaderGuardedProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._header_bytes = 0
         self._header_timer: asyncio.TimerHandle | None = None
+        self._in_body = False  # bytes that arrive now are a body's, not headers
         self._await_headers()
 
     def data_received(self, data: bytes) -> None:
         """Feed the parser; refuse headers that grow past the cap."""
-        awaiting = self._header_timer is not None
+        awaiting = self._header_timer is not None and not self._in_body
         super().data_received(data)
         if awaiting and self._header_timer is not None:
             self._header_bytes += len(data)
@@ -99,7 +100,13 @@ class HeaderGuardedProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         """The headers are in: stop the header deadline, run the request."""
         self._stop_header_timer()
+        self._in_body = True
         super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        """The body is in (also one whose response went out before it was read)."""
+        self._in_body = False
+        super().on_message_complete()
 
     def on_response_complete(self) -> None:
         """A response went out: the next request's headers get a fresh deadline."""
