@@ -64,6 +64,12 @@ class ProcessPool:
         return sum(1 for w in self._workers if w is not None and w.alive and w.serving)
 
     @property
+    def failure(self) -> StageFailed | None:
+        """Why the stage fails every batch now: its workers kept dying in setup, or
+        it is closed (None while it serves or a worker is starting again)."""
+        return self._failed
+
+    @property
     def pids(self) -> list[int]:
         """Process ids of the live workers."""
         return [w.process.pid for w in self._workers if w is not None and w.process.pid]
@@ -128,7 +134,9 @@ class ProcessPool:
         loop = asyncio.get_running_loop()
         batch = Batch(items, loop.create_future(), self.stage.idempotent, deadlines)
         if self._failed is not None:
-            return [self._failed] * len(items)
+            # A fresh error each time: raising one instance in every caller would
+            # grow its traceback (and keep their frames) for as long as the outage lasts.
+            return [StageFailed(str(self._failed))] * len(items)
         if self._warm_up_items is None:  # no worker would ever take it
             failure = StageFailed(f"stage {self.stage.name!r}: run() before warm_up()")
             return [failure] * len(items)

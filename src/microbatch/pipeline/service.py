@@ -11,7 +11,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from ..batcher import Batcher
-from ..errors import BatcherClosed, Overloaded
+from ..errors import BatcherClosed, Overloaded, StageFailed
 from ..stats import BatcherStats
 from .pool import ProcessPool
 from .stage import Stage
@@ -30,6 +30,10 @@ class WorkerPool(Protocol):
     @property
     def restarts(self) -> int:
         """Workers started again after dying."""
+
+    @property
+    def failure(self) -> StageFailed | None:
+        """Why no worker serves, once that is known (None while starting again)."""
 
     @property
     def pids(self) -> list[int]:
@@ -188,7 +192,8 @@ class Service:
                 stage computes them).
             RemoteError: A stage's model failed for this item (type, message, traceback).
             WorkerDied: The worker holding this item died.
-            StageFailed: A stage cannot run.
+            StageFailed: A stage has no live worker now (refused at once), or cannot
+                run.
         """
         if self._draining:
             raise BatcherClosed("the service is shutting down")
@@ -196,6 +201,12 @@ class Service:
             raise BatcherClosed("the service is not started: use `async with service` or start()")
         if self._in_flight >= self.max_in_flight:
             raise Overloaded(f"{self._in_flight} items in flight")
+        for stage, pool in zip(self.stages, self._pools, strict=True):
+            if not pool.alive:  # its workers are starting again, or keep failing
+                reason = pool.failure
+                raise StageFailed(
+                    str(reason) if reason else f"stage {stage.name!r} has no live worker"
+                )
         if timeout_s is not None:
             due = time.monotonic() + timeout_s
             deadline = due if deadline is None else min(due, deadline)

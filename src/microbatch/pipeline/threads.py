@@ -52,6 +52,11 @@ class ThreadPool:
         return len(self._models) if self._serving and not self._closed else 0
 
     @property
+    def failure(self) -> StageFailed | None:
+        """None: a thread stage that fails to set up fails the start."""
+        return None
+
+    @property
     def pids(self) -> list[int]:
         """Empty: the workers are threads of this process."""
         return []
