@@ -30,20 +30,27 @@ __all__ = [
     "HANG_GUARD_S",
     "Connection",
     "Reply",
+    "RssSamples",
     "Server",
     "Tally",
+    "alive",
     "children",
     "closed_loop",
+    "computed",
     "eventually",
     "fd_count",
+    "get",
     "listening_tcp",
     "metric",
     "percentile",
     "report",
     "rss_kib",
     "run",
+    "sampling_rss",
     "serving",
     "shm_segments",
+    "stop",
+    "sum_samples",
     "unix_socket_paths",
 ]
 
@@ -90,9 +97,17 @@ def serving(target: str, *options: str, env: Mapping[str, str] | None = None) ->
             yield server
         finally:
             if server.process.poll() is None:
-                server.process.terminate()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    server.process.wait(HANG_GUARD_S)
+                stop(server)
+
+
+def stop(server: Server) -> int:
+    """SIGTERM the server and wait for it (SIGKILL past the hang guard); its exit status."""
+    server.process.terminate()
+    try:
+        return server.process.wait(HANG_GUARD_S)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        return server.process.wait(HANG_GUARD_S)
 
 
 # -- the client ------------------------------------------------------------------
