@@ -29,6 +29,7 @@ from tests.http.test_server import Server, running
 __all__ = [
     "HANG_GUARD_S",
     "Connection",
+    "Outcome",
     "Reply",
     "RssSamples",
     "Server",
@@ -42,6 +43,7 @@ __all__ = [
     "get",
     "listening_tcp",
     "metric",
+    "open_loop",
     "percentile",
     "report",
     "rss_kib",
@@ -456,10 +458,17 @@ def computed(log: Path) -> dict[int, float]:
 
 
 class RssSamples:
-    """RSS readings of one process, in KiB, oldest first."""
+    """RSS readings of one process, in KiB, oldest first, and when they were taken
+    (``time.monotonic()``)."""
 
     def __init__(self) -> None:
         self.samples: list[int] = []
+        self.times: list[float] = []
+
+    def between(self, since: float, until: float) -> list[int]:
+        return [
+            kib for kib, at in zip(self.samples, self.times, strict=True) if since <= at < until
+        ]
 
 
 @contextlib.contextmanager
@@ -471,6 +480,7 @@ def sampling_rss(server: Server, every_s: float = 0.02) -> Iterator[RssSamples]:
 
     def sample() -> None:
         while True:
+            found.times.append(time.monotonic())
             found.samples.append(rss_kib(pid))
             if stop.wait(every_s):
                 return
@@ -482,4 +492,61 @@ def sampling_rss(server: Server, every_s: float = 0.02) -> Iterator[RssSamples]:
     finally:
         stop.set()
         thread.join()
+        found.times.append(time.monotonic())
         found.samples.append(rss_kib(pid))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One request of an open-loop run: when it was due (seconds from the start),
+    its status (0: no response), the seconds from then to its response, and from
+    when it was sent (later, if the client was behind) to its response."""
+
+    at: float
+    status: int
+    seconds: float
+    round_trip: float
+
+
+async def open_loop(
+    address: tuple[str, int],
+    phases: list[tuple[float, float]],
+    exchange: Exchange,
+    outcomes: list[Outcome],
+    connections: int = 200,
+) -> None:
+    """Send requests at a fixed rate, phase after phase (``(rate per second,
+    seconds)``), on time whatever the server does, over ``connections`` connections
+    opened first (an arrival that finds them all busy waits for one). Appends one
+    :class:`Outcome` per request; its time counts from when it was due."""
+    idle: asyncio.Queue[Connection] = asyncio.Queue()
+    for _ in range(connections):
+        idle.put_nowait(await Connection.open(address))
+    started = time.monotonic()
+    sequence = iter(range(1, 1 << 62))
+
+    async def one(at: float) -> None:
+        connection = await idle.get()
+        try:
+            reply = await asyncio.wait_for(exchange(connection, next(sequence)), HANG_GUARD_S)
+        except (OSError, asyncio.TimeoutError):
+            late = time.monotonic() - started - at
+            outcomes.append(Outcome(at, 0, late, late))
+            connection.abort()
+            idle.put_nowait(await Connection.open(address))
+            return
+        late = time.monotonic() - started - at
+        outcomes.append(Outcome(at, reply.status, late, reply.seconds))
+        idle.put_nowait(connection)
+
+    tasks = []
+    phase_start = 0.0
+    for rate, seconds in phases:
+        for k in range(int(rate * seconds)):
+            at = phase_start + k / rate
+            await asyncio.sleep(max(0.0, started + at - time.monotonic()))
+            tasks.append(asyncio.ensure_future(one(at)))
+        phase_start += seconds
+    await asyncio.gather(*tasks)
+    while not idle.empty():
+        await idle.get_nowait().close()
