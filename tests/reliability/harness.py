@@ -307,12 +307,12 @@ async def closed_loop(
 ) -> Tally:
     """``clients`` connections each sending one request after another for ``seconds``.
 
-    ``check(sequence, reply)`` returns a complaint about a reply (kept in
-    ``tally.wrong``) or None. A request that gets no response is counted lost and
-    its client reconnects.
+    Requests are numbered on from ``tally.sent + 1``. ``check(number, reply)``
+    returns a complaint about a reply (kept in ``tally.wrong``) or None. A request
+    that gets no response is counted lost and its client reconnects.
     """
     tally = tally if tally is not None else Tally()
-    sequence = iter(range(1, 1 << 62))
+    sequence = iter(range(tally.sent + 1, 1 << 62))
     until = time.monotonic() + seconds
 
     async def client() -> None:
