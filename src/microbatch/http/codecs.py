@@ -104,24 +104,27 @@ _json_encoder = msgspec.json.Encoder(enc_hook=encode_hook)
 _msgpack_encoder = msgspec.msgpack.Encoder(enc_hook=encode_hook)
 
 
-def _bounded_depth(decode: Decoder) -> Decoder:
-    """``decode``, with a body nested too deeply for msgspec (RecursionError, from a
-    few hundred levels on) reported as a malformed body (400), not a server error."""
+def _guarded(decode: Decoder) -> Decoder:
+    """``decode``, with the malformed bodies msgspec reports as other errors reported
+    as malformed (400) rather than server errors: nested too deeply (RecursionError,
+    from a few hundred levels on) or a string that is not UTF-8 (UnicodeDecodeError)."""
 
-    def decode_bounded(body: bytes) -> Any:
+    def decode_guarded(body: bytes) -> Any:
         try:
             return decode(body)
         except RecursionError:
             raise msgspec.DecodeError("the body is nested too deeply") from None
+        except UnicodeDecodeError as error:
+            raise msgspec.DecodeError(f"the body has a string that is not UTF-8: {error}") from None
 
-    return decode_bounded
+    return decode_guarded
 
 
 JSON = Codec(
     name="json",
     media_type=b"application/json",
     encode=_json_encoder.encode,
-    make_decoder=lambda item_type: _bounded_depth(
+    make_decoder=lambda item_type: _guarded(
         msgspec.json.Decoder(item_type, dec_hook=decode_hook).decode
     ),
 )
@@ -129,7 +132,7 @@ MSGPACK = Codec(
     name="msgpack",
     media_type=b"application/msgpack",
     encode=_msgpack_encoder.encode,
-    make_decoder=lambda item_type: _bounded_depth(
+    make_decoder=lambda item_type: _guarded(
         msgspec.msgpack.Decoder(item_type, dec_hook=decode_hook).decode
     ),
 )
