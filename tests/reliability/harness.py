@@ -28,6 +28,7 @@ from tests.http.test_server import Server, running
 
 __all__ = [
     "HANG_GUARD_S",
+    "HUNG_UP",
     "Connection",
     "Outcome",
     "Reply",
@@ -296,6 +297,9 @@ def percentile(values: list[float], q: float) -> float:
 Exchange = Callable[["Connection", int], Awaitable[Reply]]
 """One request on a connection, given a unique sequence number; returns the reply."""
 
+HUNG_UP = -1
+"""The status of a reply an exchange made up after dropping the connection on purpose."""
+
 
 async def closed_loop(
     address: tuple[str, int],
@@ -498,14 +502,16 @@ def sampling_rss(server: Server, every_s: float = 0.02) -> Iterator[RssSamples]:
 
 @dataclass(frozen=True)
 class Outcome:
-    """One request of an open-loop run: when it was due (seconds from the start),
-    its status (0: no response), the seconds from then to its response, and from
-    when it was sent (later, if the client was behind) to its response."""
+    """One request of an open-loop run: its number, when it was due (seconds from
+    the start), its status (0: no response), the seconds from then to its response,
+    and from when it was sent (later, if the client was behind) to its response."""
 
+    number: int
     at: float
     status: int
     seconds: float
     round_trip: float
+    complaint: str | None = None  # what ``check`` found wrong with the reply
 
 
 async def open_loop(
@@ -514,29 +520,33 @@ async def open_loop(
     exchange: Exchange,
     outcomes: list[Outcome],
     connections: int = 200,
+    check: Callable[[int, Reply], str | None] | None = None,
 ) -> None:
     """Send requests at a fixed rate, phase after phase (``(rate per second,
     seconds)``), on time whatever the server does, over ``connections`` connections
     opened first (an arrival that finds them all busy waits for one). Appends one
-    :class:`Outcome` per request; its time counts from when it was due."""
+    :class:`Outcome` per request (with ``check(number, reply)``'s complaint); its
+    time counts from when it was due."""
     idle: asyncio.Queue[Connection] = asyncio.Queue()
     for _ in range(connections):
         idle.put_nowait(await Connection.open(address))
     started = time.monotonic()
-    sequence = iter(range(1, 1 << 62))
 
-    async def one(at: float) -> None:
+    async def one(number: int, at: float) -> None:
         connection = await idle.get()
         try:
-            reply = await asyncio.wait_for(exchange(connection, next(sequence)), HANG_GUARD_S)
+            reply = await asyncio.wait_for(exchange(connection, number), HANG_GUARD_S)
         except (OSError, asyncio.TimeoutError):
             late = time.monotonic() - started - at
-            outcomes.append(Outcome(at, 0, late, late))
+            outcomes.append(Outcome(number, at, 0, late, late))
             connection.abort()
             idle.put_nowait(await Connection.open(address))
             return
         late = time.monotonic() - started - at
-        outcomes.append(Outcome(at, reply.status, late, reply.seconds))
+        complaint = None if check is None else check(number, reply)
+        outcomes.append(Outcome(number, at, reply.status, late, reply.seconds, complaint))
+        if reply.status == HUNG_UP:
+            connection = await Connection.open(address)
         idle.put_nowait(connection)
 
     tasks = []
@@ -545,7 +555,7 @@ async def open_loop(
         for k in range(int(rate * seconds)):
             at = phase_start + k / rate
             await asyncio.sleep(max(0.0, started + at - time.monotonic()))
-            tasks.append(asyncio.ensure_future(one(at)))
+            tasks.append(asyncio.ensure_future(one(len(tasks) + 1, at)))
         phase_start += seconds
     await asyncio.gather(*tasks)
     while not idle.empty():

@@ -46,7 +46,7 @@ ITEM_TYPES: list[Any] = [
     tuple[int, str],
     npt.NDArray[np.float32],
 ]
-EXAMPLES = 2000
+EXAMPLES = 1500
 DECODERS = [(codec.name, t, codec.make_decoder(t)) for codec in CODECS for t in ITEM_TYPES]
 EXPECTED = (msgspec.DecodeError, msgspec.ValidationError)
 

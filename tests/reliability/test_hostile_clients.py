@@ -32,7 +32,7 @@ pytestmark = pytest.mark.timeout(180)
 HEADER_TIMEOUT_S = 2.0
 SLOW_CLIENTS = 150
 NORMAL_CLIENTS = 20
-PHASE_S = 5.0
+PHASE_S = 3.0
 MAX_BODY = 10 * 1024 * 1024
 MIB = 1024 * 1024
 

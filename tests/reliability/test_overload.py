@@ -82,7 +82,7 @@ async def over_the_bound(address: tuple[str, int]) -> tuple[list[Reply], list[Re
     return accepted, excess
 
 
-WARM_S, BASELINE_S, OVERLOAD_S, RECOVERY_S = 1.0, 4.0, 60.0, 10.0
+WARM_S, BASELINE_S, OVERLOAD_S, RECOVERY_S = 1.0, 3.0, 60.0, 8.0
 BACK_WITHIN_S = 5.0
 
 
