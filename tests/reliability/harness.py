@@ -39,6 +39,7 @@ __all__ = [
     "children",
     "closed_loop",
     "computed",
+    "cpu_wait_s",
     "eventually",
     "fd_count",
     "get",
@@ -380,6 +381,16 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise AssertionError(f"no VmRSS for {pid}")
+
+
+def cpu_wait_s(pid: int) -> float:
+    """Seconds the threads of ``pid`` have spent runnable but waiting for a CPU
+    (/proc schedstat): how much a busy machine delayed it, whatever our code does."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            total += int((task / "schedstat").read_text().split()[1])
+    return total / 1e9
 
 
 def fd_count(pid: int) -> int:

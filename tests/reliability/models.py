@@ -76,9 +76,15 @@ class DiesInSetupOnceMarked(Work):
 WARM = [Job(-1)]
 
 storm = Service(
+    Stage(Work, workers=2, max_batch_size=64, max_latency_ms=5, args=(0.2,)), examples=WARM
+)
+"""Two workers, 200 ms per batch of up to 64: the kill storm (200 clients keep it
+busy without taking all the CPU a restarting worker needs)."""
+
+steady = Service(
     Stage(Work, workers=2, max_batch_size=32, max_latency_ms=5, args=(0.02,)), examples=WARM
 )
-"""Two workers, 20 ms per batch: the kill storm (and the soak)."""
+"""Two workers, 20 ms per batch: the soak."""
 
 poison = Service(Stage(Work, workers=2, max_batch_size=32, max_latency_ms=5), examples=WARM)
 """Batches of up to 32 with bad items among them."""

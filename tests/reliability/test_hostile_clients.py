@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import multiprocessing
 import time
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -21,6 +24,7 @@ from .harness import (
     Reply,
     Tally,
     closed_loop,
+    cpu_wait_s,
     report,
     run,
     sampling_rss,
@@ -48,18 +52,21 @@ def own_answer(number: int, reply: Reply) -> str | None:
 
 def test_slowloris_is_cut_off_within_the_header_timeout_and_others_keep_their_p99() -> None:
     with serving("echo", "--header-timeout-s", str(HEADER_TIMEOUT_S)) as server:
-        before, during, cut_after_s, replies = run(phases(server.address))
+        waited = cpu_wait_s(server.process.pid)
+        before, during, (cut_after_s, replies) = run(phases(server.address))
+        waited = cpu_wait_s(server.process.pid) - waited
     ratio = during.p(0.99) / before.p(0.99)
     report(
         "slowloris",
-        normal_before=before.figure(),
+        normal_before_and_after=before.figure(),
         normal_during=during.figure(),
-        p99_before_ms=before.p(0.99),
+        p99_before_and_after_ms=before.p(0.99),
         p99_during_ms=during.p(0.99),
         ratio=ratio,
         slow_connections=len(cut_after_s),
         slow_replies=Counter(replies),
         cut_after_max_s=max(cut_after_s),
+        server_cpu_wait_s=waited,
     )
     for tally in (before, during):
         assert tally.lost == 0 and not tally.wrong and set(tally.statuses) == {200}
@@ -68,31 +75,75 @@ def test_slowloris_is_cut_off_within_the_header_timeout_and_others_keep_their_p9
     assert ratio <= 2.0
 
 
-async def phases(address: tuple[str, int]) -> tuple[Tally, Tally, list[float], list[int]]:
-    """Normal load alone, then with SLOW_CLIENTS slowloris connections (each opened
-    again as soon as the server cuts it off)."""
+async def phases(address: tuple[str, int]) -> tuple[Tally, Tally, tuple[list[float], list[int]]]:
+    """Normal load alone, then with SLOW_CLIENTS slowloris connections, then alone
+    again (the baseline is both: the machine's other load drifts). A process of
+    their own keeps the slow connections open (each opened again as soon as the
+    server cuts it off), so that they do not slow the normal clients' side down."""
     before = await closed_loop(address, NORMAL_CLIENTS, PHASE_S, echo_once, own_answer)
+    results, results_in = multiprocessing.get_context("spawn").Pipe(duplex=False)
+    attacker = multiprocessing.get_context("spawn").Process(
+        target=slowloris_main,
+        args=(address, PHASE_S + 2 * HEADER_TIMEOUT_S, results_in),
+        daemon=True,
+    )
+    attacker.start()
+    loop = asyncio.get_running_loop()
+    try:
+        assert await loop.run_in_executor(None, results.poll, HANG_GUARD_S), "no attacker"
+        assert results.recv() == "connected"
+        during = await closed_loop(address, NORMAL_CLIENTS, PHASE_S, echo_once, own_answer)
+        assert await loop.run_in_executor(None, results.poll, HANG_GUARD_S), "no results"
+        found: tuple[list[float], list[int]] = results.recv()
+    finally:
+        attacker.join(HANG_GUARD_S)
+        if attacker.is_alive():
+            attacker.kill()
+    await closed_loop(address, NORMAL_CLIENTS, PHASE_S, echo_once, own_answer, before)
+    return before, during, found
+
+
+def slowloris_main(address: tuple[str, int], seconds: float, results: Any) -> None:
+    """The attacker process: SLOW_CLIENTS slowloris connections for ``seconds``;
+    says "connected" once all are open, then sends (seconds to each cut-off, status)."""
+    results.send(run(slowloris(address, seconds, results)))
+
+
+async def slowloris(
+    address: tuple[str, int], seconds: float, results: Any
+) -> tuple[list[float], list[int]]:
     cut_after_s: list[float] = []
-    replies: list[int] = []
-    until = time.monotonic() + PHASE_S
+    statuses: list[int] = []
+    until = time.monotonic() + seconds
+    opened = 0
 
-    async def slowloris() -> None:
+    def connected() -> None:
+        nonlocal opened
+        opened += 1
+        if opened == SLOW_CLIENTS:
+            results.send("connected")
+
+    async def one(k: int) -> None:
+        # Opened one after another over a header timeout, as an attacker keeping
+        # SLOW_CLIENTS connections open would: the server cuts one off at a time.
+        await asyncio.sleep(k * HEADER_TIMEOUT_S / SLOW_CLIENTS)
         while time.monotonic() < until:
-            seconds, status = await slow_headers(address)
+            seconds, status = await slow_headers(address, connected)
             cut_after_s.append(seconds)
-            replies.append(status)
+            statuses.append(status)
 
-    slow = [asyncio.ensure_future(slowloris()) for _ in range(SLOW_CLIENTS)]
-    during = await closed_loop(address, NORMAL_CLIENTS, PHASE_S, echo_once, own_answer)
-    await asyncio.gather(*slow)
-    return before, during, cut_after_s, replies
+    await asyncio.gather(*(one(k) for k in range(SLOW_CLIENTS)))
+    return cut_after_s, statuses
 
 
-async def slow_headers(address: tuple[str, int]) -> tuple[float, int]:
+async def slow_headers(
+    address: tuple[str, int], connected: Callable[[], None] = lambda: None
+) -> tuple[float, int]:
     """Send a request's headers one byte every 0.5 s until the server answers or
     closes; return the seconds that took and the status (0: closed, no answer)."""
     opened = time.monotonic()
     connection = await Connection.open(address)
+    connected()
     connection.writer.write(b"POST /predict HTTP/1.1\r\nhost: 127.0.0.1\r\nx-slow: ")
     reply = asyncio.ensure_future(connection.read_reply(opened))
     try:

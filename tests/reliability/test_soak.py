@@ -27,6 +27,7 @@ from .harness import (
     Reply,
     Server,
     children,
+    eventually,
     fd_count,
     metric,
     open_loop,
@@ -90,11 +91,15 @@ def allowed(outcome: Outcome) -> bool:
 
 
 def test_a_soak_with_faults_loses_nothing_and_stays_flat() -> None:
-    with serving("storm") as server:
+    with serving("steady") as server:
         outcomes: list[Outcome] = []
         samples: list[dict[str, float]] = []
         kills = run(soak(server, outcomes, samples))
-        alive = run(metric(server.address, "microbatch_workers_alive"))
+
+        async def both_workers_back() -> bool:
+            return await metric(server.address, "microbatch_workers_alive") == 2
+
+        run(eventually(both_workers_back, "both workers serve after the last kill"))
     wrong = [o for o in outcomes if not allowed(o)]
     settled = [s for s in samples if s["at"] >= WARM_UP_S]
     first = [s for s in settled if s["at"] < WARM_UP_S + WINDOW_S]
@@ -121,7 +126,7 @@ def test_a_soak_with_faults_loses_nothing_and_stays_flat() -> None:
         growth={key: f"{100 * value:+.1f}%" for key, value in growth.items()},
     )
     assert not wrong, wrong[:5]
-    assert kills >= SOAK_S // KILL_EVERY_S - 1 and alive == 2
+    assert kills >= SOAK_S // KILL_EVERY_S - 1
     assert all(value < 0.05 for value in growth.values()), growth
 
 
