@@ -10,7 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from .harness import Connection, Reply, closed_loop, computed, metric, report, run, serving
+from .harness import (
+    Connection,
+    Reply,
+    closed_loop,
+    computed,
+    cpu_wait_s,
+    metric,
+    report,
+    run,
+    serving,
+)
 from .models import LOG_ENV, Job
 
 pytestmark = pytest.mark.timeout(120)
@@ -35,7 +45,9 @@ def test_a_deadline_answers_504_on_time_and_expired_items_are_never_computed(
     # One item at a time, 200 ms each, and 10 clients always waiting: nearly every
     # item expires in the queue, a few start in time (and then run past it).
     with serving("slow", env={LOG_ENV: str(log)}) as server:
+        waited = cpu_wait_s(server.process.pid)
         tally = run(closed_loop(server.address, CLIENTS, SECONDS, exchange))
+        waited = cpu_wait_s(server.process.pid) - waited
         # Server-side, each answer's time from its request to its response
         # (client-side times add the load generator's own delays on a busy machine).
         in_time = run(metric(server.address, DURATION, route="/predict", le="0.1"))
@@ -51,6 +63,7 @@ def test_a_deadline_answers_504_on_time_and_expired_items_are_never_computed(
         client_p99_ms=tally.p(0.99, 504),
         client_max_ms=tally.p(1.0, 504),
         server_within_deadline_plus_50_ms=f"{in_time:.0f}/{tally.answered}",
+        server_cpu_wait_s=waited,
         computed=len(started),
         computed_after_expiring_in_queue=len(expired_then_computed),
     )

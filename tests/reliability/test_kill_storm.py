@@ -21,6 +21,7 @@ from .harness import (
     alive,
     children,
     closed_loop,
+    cpu_wait_s,
     metric,
     report,
     run,
@@ -52,7 +53,9 @@ def own_answer_or_fast_503(number: int, reply: Reply) -> str | None:
 
 def test_a_kill_storm_answers_every_request_and_leaves_no_orphans() -> None:
     with serving("storm") as server:
+        waited = cpu_wait_s(server.process.pid)
         tally, back_after_s, workers_seen = run(storm(server))
+        waited = cpu_wait_s(server.process.pid) - waited
         exit_code = stop(server)
     orphans = sorted(pid for pid in workers_seen if alive(pid))
     report(
@@ -64,6 +67,7 @@ def test_a_kill_storm_answers_every_request_and_leaves_no_orphans() -> None:
         back_after_max_s=max(back_after_s),
         back_after_mean_s=sum(back_after_s) / len(back_after_s),
         workers_seen=len(workers_seen),
+        server_cpu_wait_s=waited,
         exit_code=exit_code,
         orphans=len(orphans),
     )
