@@ -38,14 +38,22 @@ BatchFunction = (
 
 
 class _Entry(Pending):
-    """One queued item and the future its caller awaits."""
+    """One queued item, its deadline and the future its caller awaits."""
 
-    __slots__ = ("future", "item", "timer")
+    __slots__ = ("deadline", "future", "item", "timer")
 
-    def __init__(self, item: Any, size: int, arrival: float, future: asyncio.Future[Any]) -> None:
+    def __init__(
+        self,
+        item: Any,
+        size: int,
+        arrival: float,
+        future: asyncio.Future[Any],
+        deadline: float | None,
+    ) -> None:
         super().__init__(size, arrival)
         self.item = item
         self.future = future
+        self.deadline = deadline
         self.timer: Timer | None = None
 
 
@@ -69,6 +77,11 @@ class Batcher(Generic[T, R]):
             running batch's callers to come back). Default: for plain functions,
             whose thread pool queues it; set it for an async ``fn`` that queues it
             itself, like a worker pool.
+        pass_deadlines: Call ``fn(items, deadlines)``, with each item's deadline
+            (a ``time.monotonic()`` time, or None), for a function that may start a
+            batch later than it gets it (a worker pool holding it behind a running
+            batch) and should leave out the items that expired meanwhile. Not with
+            ``rows``.
         **settings: Fields of :class:`~microbatch.config.BatchConfig`.
     """
 
@@ -79,11 +92,15 @@ class Batcher(Generic[T, R]):
         *,
         clock: Clock | None = None,
         run_ahead: bool | None = None,
+        pass_deadlines: bool = False,
         **settings: Any,
     ) -> None:
         self.config = config if config is not None else BatchConfig(**settings)
         if config is not None and settings:
             raise TypeError("pass either config or keyword settings, not both")
+        if pass_deadlines and self.config.rows is not None:
+            raise ValueError("pass_deadlines does not work with rows")
+        self._pass_deadlines = pass_deadlines
         self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._rows = row_format(self.config)
         self._is_async = is_async_callable(fn)
@@ -201,7 +218,7 @@ class Batcher(Generic[T, R]):
         if deadline is not None and deadline <= now:
             self._stats.expired += 1
             raise DeadlineExceeded("the deadline passed before the item was queued")
-        entry = _Entry(item, size, now, loop.create_future())
+        entry = _Entry(item, size, now, loop.create_future(), deadline)
         if deadline is not None:
             entry.timer = self._clock.call_at(deadline, partial(self._expire, entry))
         self._queue.add(entry, now)
@@ -391,10 +408,11 @@ class Batcher(Generic[T, R]):
         if not live:
             return live, [], 0.0
         fn: Callable[[list[Any]], Awaitable[Sequence[Any]]] = self._fn  # type: ignore[assignment]
+        items: list[Any] = [entry.item for entry in live]
+        if self._pass_deadlines:
+            fn, items = partial(_with_deadlines, self._fn, live), list(range(len(live)))
         start = self._now()
-        outcomes = await run_batch_async(
-            fn, [entry.item for entry in live], self.config.isolate_errors, _wanted(live)
-        )
+        outcomes = await run_batch_async(fn, items, self.config.isolate_errors, _wanted(live))
         # A batch handed over behind a running one started when that one finished.
         return live, outcomes, self._now() - max(start, self._state.last_finish_s)
 
@@ -404,11 +422,19 @@ class Batcher(Generic[T, R]):
         if not live:
             return live, [], 0.0
         fn: Callable[[list[Any]], Sequence[Any]] = self._fn  # type: ignore[assignment]
+        items: list[Any] = [entry.item for entry in live]
+        if self._pass_deadlines:
+            fn, items = partial(_with_deadlines, self._fn, live), list(range(len(live)))
         start = self._now()
-        outcomes = run_batch(
-            fn, [entry.item for entry in live], self.config.isolate_errors, _wanted(live)
-        )
+        outcomes = run_batch(fn, items, self.config.isolate_errors, _wanted(live))
         return live, outcomes, self._now() - start
+
+
+def _with_deadlines(fn: Callable[..., Any], live: list[_Entry], indexes: list[int]) -> Any:
+    """Call ``fn`` on the entries at ``indexes`` (a whole batch, or one part of it
+    while a failure is bisected) with their deadlines."""
+    entries = [live[index] for index in indexes]
+    return fn([entry.item for entry in entries], [entry.deadline for entry in entries])
 
 
 def _wanted(live: list[_Entry]) -> Callable[[int], bool]:

@@ -12,9 +12,16 @@ import inspect
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any
 
-from .errors import ResultLengthError
+from .errors import DeadlineExceeded, ResultLengthError
 
-__all__ = ["execution_plan", "is_async_callable", "run_batch", "run_batch_async", "settle"]
+__all__ = [
+    "execution_plan",
+    "is_async_callable",
+    "run_batch",
+    "run_batch_async",
+    "run_batch_in_time",
+    "settle",
+]
 
 Span = tuple[int, int]
 Plan = Generator[Span, object, list[Any]]
@@ -93,6 +100,37 @@ def run_batch(
                 reply = _spread(fn([items[i] for i in keep]) if keep else [], keep, start, stop)
         except Exception as exc:
             reply = exc
+
+
+def run_batch_in_time(
+    fn: Callable[[list[Any]], Sequence[Any]],
+    items: list[Any],
+    isolate_errors: bool,
+    deadlines: Sequence[float | None],
+    clock: Callable[[], float],
+) -> list[Any]:
+    """:func:`run_batch` for a batch that may have waited after it was formed (in a
+    worker's pipe, behind the batch it runs): items whose deadline has passed by
+    ``clock()`` are left out, now and between the calls of a bisection, and their
+    outcome is :class:`DeadlineExceeded`.
+    """
+    now = clock()
+    keep = [i for i, due in enumerate(deadlines) if due is None or due > now]
+    kept = [items[i] for i in keep] if len(keep) < len(items) else items
+    due_kept = [deadlines[i] for i in keep]
+
+    def wanted(index: int) -> bool:
+        due = due_kept[index]
+        return due is None or due > clock()
+
+    results = run_batch(fn, kept, isolate_errors, wanted) if kept else []
+    if len(keep) == len(items) and not any(result is UNWANTED for result in results):
+        return results
+    expired = DeadlineExceeded("the deadline passed while the item waited for a worker")
+    outcomes: list[Any] = [expired] * len(items)
+    for index, result in zip(keep, results, strict=True):
+        outcomes[index] = expired if result is UNWANTED else result
+    return outcomes
 
 
 async def run_batch_async(

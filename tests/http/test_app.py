@@ -71,6 +71,26 @@ async def test_400_for_a_malformed_body(body: bytes, headers: dict[str, str]) ->
     assert reply.json()["error"] == "MalformedBody"
 
 
+@pytest.mark.parametrize(
+    ("body", "content_type", "says"),
+    [
+        (b'{"x": "\xff"}', "application/json", "UTF-8"),
+        (b"\x81\xa1x\xa1\xff", "application/msgpack", "UTF-8"),
+        (b"[" * 10_000 + b"]" * 10_000, "application/json", "nested"),
+        (b"\x91" * 10_000 + b"\xc0", "application/msgpack", "nested"),
+    ],
+)
+async def test_400_for_a_body_nested_too_deeply_or_not_utf_8(
+    body: bytes, content_type: str, says: str
+) -> None:
+    async with serving(app(models.untyped)) as client:
+        reply = await client.post("/predict", content=body, headers={"content-type": content_type})
+        fine = await client.post("/predict", content=b"[[[1]]]", headers=JSON)
+    assert reply.status_code == 400
+    assert reply.json()["error"] == "MalformedBody" and says in reply.json()["message"]
+    assert fine.json() == {"echo": [[[1]]]}
+
+
 async def test_415_and_406_for_formats_other_than_json_and_msgpack() -> None:
     async with serving(app(models.double)) as client:
         pickled = await client.post(

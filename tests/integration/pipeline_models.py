@@ -145,6 +145,18 @@ class Reverse(Model):
         return [x[::-1].copy() if isinstance(x, np.ndarray) else x[::-1] for x in batch]
 
 
+class SlowRecorder(Recorder):
+    """:class:`Recorder` that takes ``seconds`` per batch (``seen`` is shared)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def predict(self, batch: list[Any]) -> list[Any]:
+        Recorder.seen.extend(batch)
+        time.sleep(self.seconds)
+        return batch
+
+
 class SlowSetup(Model):
     """Takes ``seconds`` to set up, then returns its batches."""
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from microbatch import BatchConfig, DeadlineExceeded
-from microbatch.errors import RemoteError, WorkerDied
+from microbatch.errors import RemoteError, StageFailed, WorkerDied
 from microbatch.pipeline import Service, Stage
 from tests.integration.pipeline_models import Flaky
 from tests.integration.test_pipeline_lifecycle import children, eventually
@@ -79,13 +79,22 @@ async def caller(service: Service, rng: random.Random, first: int, until: float)
 
 def check(records: list[Any]) -> dict[str, int]:
     """Every outcome is the item's own answer or an allowed fault; count them."""
-    counts = {"ok": 0, "item error": 0, "worker died": 0, "deadline": 0, "cancelled": 0}
+    counts = {
+        "ok": 0,
+        "item error": 0,
+        "worker died": 0,
+        "stage down": 0,
+        "deadline": 0,
+        "cancelled": 0,
+    }
     for x, outcome in records:
         want = expected(x)
         if outcome == "cancelled":
             counts["cancelled"] += 1
         elif isinstance(outcome, WorkerDied):
             counts["worker died"] += 1
+        elif isinstance(outcome, StageFailed):  # both workers of a stage were down
+            counts["stage down"] += 1
         elif isinstance(outcome, DeadlineExceeded):
             counts["deadline"] += 1
         elif isinstance(outcome, RemoteError):

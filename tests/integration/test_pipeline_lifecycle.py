@@ -211,11 +211,16 @@ async def test_a_stage_whose_workers_cannot_set_up_fails_fast_then_recovers(tmp_
         (pid,) = service.pools[0].pids
         os.kill(pid, signal.SIGKILL)
         await eventually(lambda: not service.ready)
-        with pytest.raises(StageFailed, match="died 2 times in setup"):
-            await asyncio.wait_for(service.submit(2), timeout=10)  # waits for the verdict
+        with pytest.raises(StageFailed, match="no live worker"):
+            await service.submit(2)  # at once, while the worker starts again
+        await eventually(lambda: service.pools[0].failure is not None)
         assert not service.ready
-        with pytest.raises(StageFailed):
-            await service.submit(3)  # at once, not after a timeout
+        with pytest.raises(StageFailed, match="died 2 times in setup"):
+            await service.submit(3)  # at once, with the reason
+        # A fresh error for each batch: one instance raised in every caller would
+        # grow its traceback for as long as the outage lasts.
+        (first,), (second,) = [await service.pools[0].run([x]) for x in (5, 6)]
+        assert isinstance(first, StageFailed) and first is not second
         marker.unlink()  # the cause is fixed: the next restart, after a pause, succeeds
         await eventually(lambda: service.ready, timeout_s=20)
         assert await service.submit(4) == 4
@@ -281,6 +286,30 @@ async def test_items_whose_callers_left_are_not_computed_by_the_next_stage() -> 
     assert all(isinstance(outcomes[i], asyncio.CancelledError) for i in (1, 3, 5))
     assert isinstance(outcomes[6], DeadlineExceeded)
     assert sorted(item[0] for item in Recorder.seen) == [0, 2, 4]
+
+
+async def test_an_item_that_expires_while_its_batch_waits_for_a_worker_is_not_computed() -> None:
+    from tests.integration.pipeline_models import Recorder, SlowRecorder
+
+    Recorder.seen = []
+    stage = Stage(
+        SlowRecorder,
+        mode="thread",
+        batching=batching(max_latency_ms=0, max_batch_size=1),
+        args=(0.2,),
+    )
+    async with Service(stage) as service:
+        first = asyncio.create_task(service.submit(0))
+        await eventually(lambda: Recorder.seen == [0])
+        due = asyncio.get_running_loop().time() + 0.3  # 0 ends at 0.2, 1 at 0.4
+        # When 0 finishes, 1 starts, 2 is handed to the stage to wait for the model
+        # (run ahead) and expires there; 3 expires in the queue.
+        late = [asyncio.create_task(service.submit(i, deadline=due)) for i in (1, 2, 3)]
+        outcomes = await asyncio.gather(first, *late, return_exceptions=True)
+        await eventually(lambda: service.stats().stages[0].batching.in_flight == 0)
+    assert outcomes[0] == 0
+    assert all(isinstance(outcome, DeadlineExceeded) for outcome in outcomes[1:])
+    assert Recorder.seen == [0, 1]
 
 
 async def test_a_pool_asked_to_run_before_its_warm_up_fails_fast() -> None:

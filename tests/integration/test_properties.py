@@ -1,18 +1,23 @@
 """Property-based schedules: every call gets exactly one outcome, and its own.
 
 Hypothesis draws the settings and a schedule of arrivals, cancellations, deadlines,
-poison items and clock advances; a FakeClock makes each schedule deterministic.
+poison items, worker deaths and clock advances; a FakeClock makes each schedule
+deterministic. A worker death ends a running batch the way a process pool reports
+it: every item of that batch gets WorkerDied (nothing is raised, nothing re-run).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from microbatch import Batcher, DeadlineExceeded, Overloaded
+from microbatch.errors import WorkerDied
 from microbatch.testing import FakeClock
 
 
@@ -45,6 +50,11 @@ class Cancel:
 
 
 @dataclass
+class Kill:
+    """The worker running the oldest running batch dies."""
+
+
+@dataclass
 class World:
     clock: FakeClock
     max_batch_size: int
@@ -53,10 +63,20 @@ class World:
     cancelled: set[int] = field(default_factory=set)
     deadlines: dict[int, float] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
+    running: list[asyncio.Future[None]] = field(default_factory=list)  # set: it died
+    killed: set[int] = field(default_factory=set)
 
-    async def model(self, items: list[Item]) -> list[int]:
+    def kill(self) -> None:
+        if self.running:
+            self.running.pop(0).set_result(None)
+
+    async def model(
+        self, items: list[Item], deadlines: list[float | None] | None = None
+    ) -> list[object]:
         now = self.clock.now()
         self.batches.append(list(items))
+        if deadlines is not None and deadlines != [self.deadlines.get(i.id) for i in items]:
+            self.violations.append(f"deadlines {deadlines} handed with items {items}")
         if sum(item.size for item in items) > self.max_batch_size:
             self.violations.append(f"batch over its limit: {items}")
         for item in items:
@@ -65,7 +85,15 @@ class World:
             if item.id in self.deadlines and self.deadlines[item.id] < now:
                 self.violations.append(f"computed an expired item: {item}")
         if self.cost_s:
-            await self.clock.sleep(self.cost_s)
+            died = asyncio.get_running_loop().create_future()
+            self.running.append(died)
+            done = asyncio.ensure_future(self.clock.sleep(self.cost_s))
+            await asyncio.wait({done, died}, return_when=asyncio.FIRST_COMPLETED)
+            if died.done():
+                done.cancel()
+                self.killed.update(item.id for item in items)
+                return [WorkerDied("the worker died")] * len(items)
+            self.running.remove(died)
         if any(item.poison for item in items):
             raise Poison("poison in batch")
         return [item.id * 10 for item in items]
@@ -79,9 +107,28 @@ submits = st.builds(
 )
 advances = st.builds(Advance, seconds=st.sampled_from([0.0, 0.0005, 0.001, 0.003, 0.01]))
 cancels = st.builds(Cancel, index=st.integers(0, 60))
+kills = st.builds(Kill)
 schedules = st.lists(
-    st.one_of(submits, submits, submits, advances, advances, cancels), min_size=30, max_size=150
+    st.one_of(submits, submits, submits, advances, advances, cancels, kills),
+    min_size=30,
+    max_size=150,
 )
+
+
+settings_of_a_run = st.fixed_dictionaries(
+    {
+        "max_batch_size": st.integers(4, 9),
+        "max_latency_ms": st.sampled_from([0.0, 1.0, 5.0]),
+        "policy": st.sampled_from(["adaptive", "fixed"]),
+        "max_concurrent_batches": st.integers(1, 3),
+        "max_queue": st.integers(1, 30),
+        "cost_s": st.sampled_from([0.0, 0.0005, 0.002]),
+        "isolate_errors": st.booleans(),
+        "sized": st.booleans(),
+        "pass_deadlines": st.booleans(),
+    }
+)
+"""The batcher's settings and the model's cost, drawn for each schedule."""
 
 
 @settings(
@@ -89,46 +136,22 @@ schedules = st.lists(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@given(
-    schedule=schedules,
-    max_batch_size=st.integers(4, 9),
-    max_latency_ms=st.sampled_from([0.0, 1.0, 5.0]),
-    policy=st.sampled_from(["adaptive", "fixed"]),
-    max_concurrent_batches=st.integers(1, 3),
-    max_queue=st.integers(1, 30),
-    cost_s=st.sampled_from([0.0, 0.0005, 0.002]),
-    isolate_errors=st.booleans(),
-    sized=st.booleans(),
-)
+@given(schedule=schedules, run_settings=settings_of_a_run)
 def test_every_call_gets_exactly_its_own_outcome(
-    schedule: list[Submit | Advance | Cancel],
-    max_batch_size: int,
-    max_latency_ms: float,
-    policy: str,
-    max_concurrent_batches: int,
-    max_queue: int,
-    cost_s: float,
-    isolate_errors: bool,
-    sized: bool,
+    schedule: list[Submit | Advance | Cancel | Kill], run_settings: dict[str, Any]
 ) -> None:
-    asyncio.run(
-        run_schedule(
-            schedule,
-            max_batch_size=max_batch_size,
-            max_latency_ms=max_latency_ms,
-            policy=policy,
-            max_concurrent_batches=max_concurrent_batches,
-            max_queue=max_queue,
-            cost_s=cost_s,
-            isolate_errors=isolate_errors,
-            sized=sized,
-        )
-    )
+    asyncio.run(run_schedule(schedule, **run_settings))
 
 
 async def run_schedule(
-    schedule: list[Submit | Advance | Cancel], *, cost_s: float, sized: bool, **config: object
-) -> None:
+    schedule: list[Submit | Advance | Cancel | Kill],
+    *,
+    cost_s: float,
+    sized: bool,
+    pass_deadlines: bool = False,
+    **config: object,
+) -> Counter[str]:
+    """Run one schedule and check every outcome; return the outcomes by kind."""
     loop_errors: list[object] = []
     asyncio.get_running_loop().set_exception_handler(lambda _, ctx: loop_errors.append(ctx))
     clock = FakeClock()
@@ -138,6 +161,7 @@ async def run_schedule(
         world.model,
         clock=clock,
         size_fn=(lambda item: item.size) if sized else None,
+        pass_deadlines=pass_deadlines,
         **config,  # type: ignore[arg-type]
     )
     items: list[Item] = []
@@ -152,6 +176,9 @@ async def run_schedule(
         elif isinstance(op, Advance):
             await _settle()
             clock.advance(op.seconds)
+        elif isinstance(op, Kill):
+            await _settle()
+            world.kill()
         elif op.index < len(tasks) and not tasks[op.index].done():
             await _settle()
             if not tasks[op.index].done():
@@ -178,11 +205,14 @@ async def run_schedule(
     assert not world.violations, world.violations
     assert not loop_errors, loop_errors
     poisoned_batches = [batch for batch in world.batches if any(i.poison for i in batch)]
+    outcomes: Counter[str] = Counter()
     for item, task in zip(items, tasks, strict=True):
         if task.cancelled():
             assert item.id in world.cancelled
+            outcomes["cancelled"] += 1
             continue
         error = task.exception()
+        outcomes[type(error).__name__ if error else "result"] += 1
         if error is None:
             assert task.result() == item.id * 10, "a caller got someone else's result"
             assert not item.poison
@@ -193,12 +223,16 @@ async def run_schedule(
                 assert any(item in batch for batch in poisoned_batches)
         elif isinstance(error, DeadlineExceeded):
             assert item.id in world.deadlines
+        elif isinstance(error, WorkerDied):
+            assert item.id in world.killed, "WorkerDied for an item no dead worker held"
         elif not isinstance(error, Overloaded):
             raise AssertionError(f"unexpected outcome for {item}: {error!r}")
     stats = batcher.stats()
     assert (stats.queued, stats.in_flight) == (0, 0)
     event(f"calls: {_bucket(len(tasks))}")
     event(f"batches: {_bucket(len(world.batches))}")
+    event(f"worker deaths: {_bucket(outcomes['WorkerDied'])}")
+    return outcomes
 
 
 def _bucket(count: int) -> str:

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from microbatch import ResultLengthError
-from microbatch.execution import run_batch, run_batch_async
+from microbatch import DeadlineExceeded, ResultLengthError
+from microbatch.execution import run_batch, run_batch_async, run_batch_in_time
 
 
 class Poisoned(Exception):
@@ -89,3 +89,31 @@ def test_base_exceptions_are_not_swallowed() -> None:
 
     with pytest.raises(KeyboardInterrupt):
         run_batch(model, [1, 2], True)
+
+
+def test_run_in_time_leaves_out_items_whose_deadline_passed() -> None:
+    calls: list[list[int]] = []
+    deadlines = [None, 5.0, 20.0, 9.0]
+    outcomes = run_batch_in_time(
+        poisoned_model(set(), calls), [0, 1, 2, 3], True, deadlines, lambda: 10.0
+    )
+    assert calls == [[0, 2]]
+    assert outcomes[0] == 0 and outcomes[2] == 20
+    assert isinstance(outcomes[1], DeadlineExceeded) and isinstance(outcomes[3], DeadlineExceeded)
+
+
+def test_run_in_time_leaves_out_items_that_expire_during_a_bisection() -> None:
+    calls: list[list[int]] = []
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += 1.0  # every look at the clock is one second later
+        return now[0]
+
+    deadlines = [100.0] * 7 + [2.5]  # item 7 expires while the poison is searched
+    model = poisoned_model({0}, calls)
+    outcomes = run_batch_in_time(model, list(range(8)), True, deadlines, clock)
+    assert calls[0] == list(range(8))
+    assert all(7 not in call for call in calls[1:])
+    assert isinstance(outcomes[0], Poisoned) and isinstance(outcomes[7], DeadlineExceeded)
+    assert outcomes[1:7] == [x * 10 for x in range(1, 7)]

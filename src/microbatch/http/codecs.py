@@ -150,17 +150,34 @@ def _declared_dtype(expected: Any) -> Any:
 _json_encoder = msgspec.json.Encoder(enc_hook=encode_hook)
 _msgpack_encoder = msgspec.msgpack.Encoder(enc_hook=encode_hook)
 
+
+def _guarded(decode: Decoder) -> Decoder:
+    """``decode``, with the malformed bodies msgspec reports as other errors reported
+    as malformed (400) rather than server errors: nested too deeply (RecursionError,
+    from a few hundred levels on) or a string that is not UTF-8 (UnicodeDecodeError)."""
+
+    def decode_guarded(body: bytes) -> Any:
+        try:
+            return decode(body)
+        except RecursionError:
+            raise msgspec.DecodeError("the body is nested too deeply") from None
+        except UnicodeDecodeError as error:
+            raise msgspec.DecodeError(f"the body has a string that is not UTF-8: {error}") from None
+
+    return decode_guarded
+
+
 JSON = Codec(
     name="json",
     media_type=b"application/json",
     encode=_json_encoder.encode,
-    make_decoder=_json_decoder,
+    make_decoder=lambda item_type: _guarded(_json_decoder(item_type)),
 )
 MSGPACK = Codec(
     name="msgpack",
     media_type=b"application/msgpack",
     encode=_msgpack_encoder.encode,
-    make_decoder=_msgpack_decoder,
+    make_decoder=lambda item_type: _guarded(_msgpack_decoder(item_type)),
 )
 CODECS = (JSON, MSGPACK)
 

@@ -105,11 +105,12 @@ class HeaderGuardedProtocol(HttpToolsProtocol):
             DISCONNECT_EXTENSION: {"register": self._register_disconnect},
             BODY_DEADLINE_EXTENSION: {"timeout_s": self.body_timeout_s},
         }
+        self._in_body = False  # bytes that arrive now are a body's, not headers
         self._await_headers()
 
     def data_received(self, data: bytes) -> None:
         """Feed the parser; refuse headers that grow past the cap."""
-        reading_headers = self._reading_headers
+        reading_headers = self._reading_headers and not self._in_body
         super().data_received(data)
         if reading_headers and self._reading_headers:
             self._header_bytes += len(data)
@@ -126,13 +127,16 @@ class HeaderGuardedProtocol(HttpToolsProtocol):
         moves to it only if it fires first), and the request runs."""
         self._reading_headers = False
         self._body_due = self.loop.time() + self.body_timeout_s
+        self._in_body = True
         super().on_headers_complete()
         if self.cycle is not None:
             self.cycle.transport = _OneWriteResponses(self.transport, self.cycle)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
-        """The whole request is in: no read deadline until the response is out."""
+        """The whole request is in (also one whose response went out before its body
+        was read): no read deadline until the response is out."""
         self._stop_read_timer()
+        self._in_body = False
         super().on_message_complete()
 
     def on_response_complete(self) -> None:

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -72,6 +72,12 @@ class ProcessPool:
         return sum(1 for w in self._workers if w is not None and w.alive and w.serving)
 
     @property
+    def failure(self) -> StageFailed | None:
+        """Why the stage fails every batch now: its workers kept dying in setup, or
+        it is closed (None while it serves or a worker is starting again)."""
+        return self._failed
+
+    @property
     def pids(self) -> list[int]:
         """Process ids of the live workers."""
         return [w.process.pid for w in self._workers if w is not None and w.process.pid]
@@ -120,16 +126,25 @@ class ProcessPool:
             self._serve(worker)
         return results[0] if results else []
 
-    async def run(self, items: list[Any]) -> list[Any]:
+    async def run(
+        self, items: list[Any], deadlines: Sequence[float | None] | None = None
+    ) -> list[Any]:
         """Run one batch on the least busy worker; return its outcomes.
+
+        An item whose deadline (``time.monotonic()``) has passed when the worker
+        comes to it, while the batch waited behind the one it runs, is left out:
+        its outcome is DeadlineExceeded.
 
         Never raises for the batch as a whole: a model error is a RemoteError at its
         item's place, and a dead worker or failed stage is every item's outcome, so
         the batcher does not split and run again what may not be run twice.
         """
-        batch = Batch(items, asyncio.get_running_loop().create_future(), self.stage.idempotent)
+        loop = asyncio.get_running_loop()
+        batch = Batch(items, loop.create_future(), self.stage.idempotent, deadlines)
         if self._failed is not None:
-            return [self._failed] * len(items)
+            # A fresh error each time: raising one instance in every caller would
+            # grow its traceback (and keep their frames) for as long as the outage lasts.
+            return [StageFailed(str(self._failed))] * len(items)
         if self._warm_up_items is None:  # no worker would ever take it
             failure = StageFailed(f"stage {self.stage.name!r}: run() before warm_up()")
             return [failure] * len(items)
@@ -197,7 +212,7 @@ class ProcessPool:
     def _send(self, worker: WorkerHandle, batch: Batch) -> None:
         slot = worker.free_slot()
         arena = None if worker.arena is None else worker.arena.outgoing(slot)
-        send(worker.conn, batch.items, slot, arena)
+        send(worker.conn, (batch.items, batch.deadlines), slot, arena)
         worker.batches[slot] = batch
 
     def _on_message(self, worker: WorkerHandle) -> None:

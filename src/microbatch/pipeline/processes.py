@@ -6,7 +6,7 @@ import asyncio
 import multiprocessing
 import os
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -30,6 +30,7 @@ class Batch:
     items: list[Any]
     future: asyncio.Future[list[Any]]
     retry: bool  # may run once more elsewhere if its worker dies while running it
+    deadlines: Sequence[float | None] | None = None  # the worker leaves out expired items
 
 
 @dataclass(eq=False)

@@ -11,7 +11,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from ..batcher import Batcher
-from ..errors import BatcherClosed, Overloaded
+from ..errors import BatcherClosed, Overloaded, StageFailed
 from ..stats import BatcherStats
 from .pool import ProcessPool
 from .stage import Stage
@@ -32,6 +32,10 @@ class WorkerPool(Protocol):
         """Workers started again after dying."""
 
     @property
+    def failure(self) -> StageFailed | None:
+        """Why no worker serves, once that is known (None while starting again)."""
+
+    @property
     def pids(self) -> list[int]:
         """Process ids of the live workers (empty for threads)."""
 
@@ -41,8 +45,11 @@ class WorkerPool(Protocol):
     async def warm_up(self, items: list[Any]) -> list[Any]:
         """Run ``items`` through every worker; return one worker's outcomes."""
 
-    async def run(self, items: list[Any]) -> list[Any]:
-        """Run one batch on an idle worker; return one outcome per item."""
+    async def run(
+        self, items: list[Any], deadlines: Sequence[float | None] | None = None
+    ) -> list[Any]:
+        """Run one batch on an idle worker; return one outcome per item. An item
+        whose deadline passes before the worker comes to it is not computed."""
 
     async def close(self) -> None:
         """Stop the workers."""
@@ -110,8 +117,14 @@ class Service:
             ThreadPool(stage) if stage.mode == "thread" else ProcessPool(stage) for stage in stages
         ]
         self._batchers: list[Batcher[Any, Any]] = [
-            # A full batch may wait at a worker for the running one (workers queue it).
-            Batcher(pool.run, stage.config, run_ahead=True)
+            # A full batch may wait at a worker for the running one (workers queue it),
+            # so the worker is told each item's deadline and leaves out expired ones.
+            Batcher(
+                pool.run,
+                stage.config,
+                run_ahead=True,
+                pass_deadlines=stage.config.rows is None,
+            )
             for pool, stage in zip(self._pools, stages, strict=True)
         ]
         self._in_flight = 0
@@ -179,7 +192,8 @@ class Service:
                 stage computes them).
             RemoteError: A stage's model failed for this item (type, message, traceback).
             WorkerDied: The worker holding this item died.
-            StageFailed: A stage cannot run.
+            StageFailed: A stage has no live worker now (refused at once), or cannot
+                run.
         """
         if self._draining:
             raise BatcherClosed("the service is shutting down")
@@ -187,6 +201,12 @@ class Service:
             raise BatcherClosed("the service is not started: use `async with service` or start()")
         if self._in_flight >= self.max_in_flight:
             raise Overloaded(f"{self._in_flight} items in flight")
+        for stage, pool in zip(self.stages, self._pools, strict=True):
+            if not pool.alive:  # its workers are starting again, or keep failing
+                reason = pool.failure
+                raise StageFailed(
+                    str(reason) if reason else f"stage {stage.name!r} has no live worker"
+                )
         if timeout_s is not None:
             due = time.monotonic() + timeout_s
             deadline = due if deadline is None else min(due, deadline)

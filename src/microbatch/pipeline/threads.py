@@ -8,11 +8,14 @@ errors as a process stage. A thread cannot be killed, so there are no restarts.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from time import monotonic
 from typing import Any
 
 from ..errors import BatcherClosed, StageFailed
-from ..execution import run_batch
+from ..execution import run_batch, run_batch_in_time
 from .model import Model, WorkerContext
 from .stage import Stage
 
@@ -49,6 +52,11 @@ class ThreadPool:
         return len(self._models) if self._serving and not self._closed else 0
 
     @property
+    def failure(self) -> StageFailed | None:
+        """None: a thread stage that fails to set up fails the start."""
+        return None
+
+    @property
     def pids(self) -> list[int]:
         """Empty: the workers are threads of this process."""
         return []
@@ -81,13 +89,19 @@ class ThreadPool:
         self._serving = True
         return outcomes[0] if outcomes else []
 
-    async def run(self, items: list[Any]) -> list[Any]:
-        """Run one batch on an idle model; return its outcomes (never raises)."""
+    async def run(
+        self, items: list[Any], deadlines: Sequence[float | None] | None = None
+    ) -> list[Any]:
+        """Run one batch on an idle model; return its outcomes (never raises).
+
+        Items whose deadline passed while the batch waited for a model are left out
+        (DeadlineExceeded).
+        """
         if self._closed:
             return [BatcherClosed(f"stage {self.stage.name!r} is closed")] * len(items)
         model = await self._idle.get()
         try:
-            return await self._call(model, items)
+            return await self._call(model, items, deadlines)
         finally:
             self._idle.put_nowait(model)
 
@@ -116,7 +130,13 @@ class ThreadPool:
         model.setup(WorkerContext(self.stage.name, index))
         return model
 
-    async def _call(self, model: Model, items: list[Any]) -> list[Any]:
+    async def _call(
+        self, model: Model, items: list[Any], deadlines: Sequence[float | None] | None = None
+    ) -> list[Any]:
         loop = asyncio.get_running_loop()
         isolate = self.stage.config.isolate_errors
-        return await loop.run_in_executor(self._executor, run_batch, model.predict, items, isolate)
+        if deadlines is None:
+            call = partial(run_batch, model.predict, items, isolate)
+        else:
+            call = partial(run_batch_in_time, model.predict, items, isolate, deadlines, monotonic)
+        return await loop.run_in_executor(self._executor, call)

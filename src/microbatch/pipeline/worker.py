@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..errors import RemoteError
-from ..execution import run_batch
+from ..errors import DeadlineExceeded, RemoteError
+from ..execution import run_batch, run_batch_in_time
 from .arena import Arena
 from .model import Model, WorkerContext
 from .transport import read_message, send
@@ -37,8 +38,10 @@ class WorkerSpec:
 
 
 def worker_main(conn: Connection, pickled_spec: bytes) -> None:
-    """Entry point of a worker process. Messages: a batch's ``items`` in, its
-    ``outcomes`` out, both for the batch's slot; ``None`` in means stop.
+    """Entry point of a worker process. Messages: a batch's ``(items, deadlines)``
+    in (deadlines may be None), its ``outcomes`` out, both for the batch's slot;
+    ``None`` in means stop. Items whose deadline has passed are not computed
+    (DeadlineExceeded).
 
     The spec arrives pickled so that a model that cannot be imported here is
     reported as a setup failure with its reason, not as a bare crash.
@@ -71,19 +74,31 @@ def worker_main(conn: Connection, pickled_spec: bytes) -> None:
             return
         incoming = None if arena is None else arena.incoming(slot)
         outgoing = None if arena is None else arena.outgoing(slot)
-        items = message.decode(incoming)
-        outcomes = _portable(run_batch(model.predict, items, spec.isolate_errors))
+        items, deadlines = message.decode(incoming)
+        if deadlines is None:
+            outcomes = run_batch(model.predict, items, spec.isolate_errors)
+        else:
+            outcomes = run_batch_in_time(
+                model.predict, items, spec.isolate_errors, deadlines, time.monotonic
+            )
+        outcomes = _portable(outcomes)
         try:
             send(conn, outcomes, slot, outgoing)
-        except OSError:
-            raise
+        except OSError:  # the serving process is gone: nobody to answer
+            return
         except Exception:  # a result that does not pickle: nothing was written yet
             send(conn, [_pickled_or_error(outcome) for outcome in outcomes], slot, outgoing)
 
 
 def _portable(outcomes: list[Any]) -> list[Any]:
-    """Exceptions become RemoteError, which pickles whatever the original held."""
-    return [RemoteError.from_exception(o) if isinstance(o, BaseException) else o for o in outcomes]
+    """Exceptions become RemoteError, which pickles whatever the original held
+    (DeadlineExceeded stays itself: it is ours, and not the model's error)."""
+    return [
+        RemoteError.from_exception(o)
+        if isinstance(o, BaseException) and not isinstance(o, DeadlineExceeded)
+        else o
+        for o in outcomes
+    ]
 
 
 def _pickled_or_error(outcome: Any) -> Any:
