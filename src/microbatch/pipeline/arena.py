@@ -25,6 +25,7 @@ the sender handles (the message then goes through the pipe), never a SIGBUS.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import secrets
@@ -96,6 +97,10 @@ class Segment:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+    def __del__(self) -> None:  # an arena dropped without close() keeps no descriptor
+        with contextlib.suppress(Exception):
+            self.close()
 
     def _remap(self, size: int) -> None:
         if self._map is not None:
