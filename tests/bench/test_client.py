@@ -19,6 +19,7 @@ from microbatch.bench import (
     closed_loop,
     open_loop,
 )
+from microbatch.bench.command import run_in_event_loop
 
 Reply = Callable[[bytes], Awaitable[bytes | None]]
 """Request body -> raw reply bytes (None: stay silent)."""
@@ -224,3 +225,25 @@ async def test_an_open_loop_sends_or_counts_every_arrival_and_times_from_when_it
     assert min(tally.latencies_s) >= delay_s
     # It waited for the first reply before it could be sent, and that wait counts.
     assert tally.latencies_s[1] >= 2 * delay_s - (arrivals[1] - arrivals[0])
+
+
+def test_the_command_runs_the_client_on_uvloop_when_it_is_installed() -> None:
+    pytest.importorskip("uvloop")
+
+    async def load() -> tuple[Tally, str]:
+        async with serving(echo) as (_, endpoint):
+            tally = Tally()
+            await closed_loop(
+                endpoint,
+                [endpoint.post(b"{}")],
+                concurrency=2,
+                duration_s=0.1,
+                timeout_s=5.0,
+                tally=tally,
+            )
+        return tally, type(asyncio.get_running_loop()).__module__
+
+    tally, loop_module = run_in_event_loop(load())
+    assert loop_module.startswith("uvloop")
+    assert tally.requests > 0
+    assert tally.statuses[200] == tally.requests

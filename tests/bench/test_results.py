@@ -117,7 +117,9 @@ def test_the_table_and_json_show_every_run() -> None:
         ),
         RunResult.from_tally(Tally(), mode="open", rate=100.0, elapsed_s=1.0, cpu_s=0.0),
     ]
-    report = BenchReport("http://127.0.0.1:8000/predict", "1 body from --body", plan, runs, ["w"])
+    report = BenchReport(
+        "http://127.0.0.1:8000/predict", "1 body from --body", plan, "uvloop", runs, ["w"]
+    )
     text = to_text(report)
     assert "c=8" in text and "rate=100/s" in text
     assert "a 2.0, b 3.5" in text

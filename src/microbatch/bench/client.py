@@ -3,16 +3,18 @@
 Requests are pre-encoded bytes (built once per body by :class:`Endpoint`); a
 :class:`Connection` is an ``asyncio.Protocol`` that writes one, parses the reply
 with :class:`~microbatch.bench.parser.ResponseParser` and stamps the time the reply
-was complete, inside ``data_received`` — so the time a busy event loop takes to
-resume the waiting task is not counted as server latency.
+was complete (``time.perf_counter``), inside ``data_received`` — so the time a
+busy event loop takes to resume the waiting task is not counted as server latency.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from .parser import ProtocolError, Response, ResponseParser
 
@@ -45,8 +47,7 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Keep the transport."""
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
 
     def data_received(self, data: bytes) -> None:
         """Parse; complete the waiting request with its reply and the time it arrived."""
@@ -62,7 +63,7 @@ class Connection(asyncio.Protocol):
                 return
             self._settle()
             if not waiter.done():
-                waiter.set_result((response, self._loop.time()))
+                waiter.set_result((response, time.perf_counter()))
             if not response.keep_alive:
                 self.close()
 
@@ -77,7 +78,7 @@ class Connection(asyncio.Protocol):
         if response is not None and waiter is not None:
             self._settle()
             if not waiter.done():
-                waiter.set_result((response, self._loop.time()))
+                waiter.set_result((response, time.perf_counter()))
         self.close()
         return False
 
@@ -89,15 +90,18 @@ class Connection(asyncio.Protocol):
     # -- use -----------------------------------------------------------------------
 
     def request(self, data: bytes, timeout_s: float) -> asyncio.Future[tuple[Response, float]]:
-        """Send one pre-encoded request; the future gives ``(reply, loop time it ended)``.
+        """Send one pre-encoded request; the future gives ``(reply, perf_counter at its end)``.
 
         Raises (through the future):
             ConnectionClosed: The connection closed first.
             RequestTimeout: No reply within ``timeout_s``; the connection is aborted.
             ProtocolError: The reply was malformed; the connection is aborted.
         """
-        if self.closed or self._transport is None or self._waiter is not None:
-            raise ConnectionClosed("the connection is closed or busy")
+        if self._waiter is not None:
+            raise RuntimeError("one request at a time on a connection")
+        if self.closed or self._transport is None:
+            self.closed = True
+            raise ConnectionClosed("the connection is closed")
         waiter = self._waiter = self._loop.create_future()
         self._timer = self._loop.call_later(timeout_s, self._time_out, timeout_s)
         self._transport.write(data)

@@ -24,7 +24,7 @@ def to_text(report: BenchReport) -> str:
     plan = report.plan
     lines = [
         f"microbatch bench {report.url}",
-        f"bodies: {report.bodies}",
+        f"bodies: {report.bodies}; client event loop: {report.event_loop}",
         f"{plan.duration_s:g} s per run after {plan.warmup_s:g} s of warm-up; latency of "
         "every reply; cpu: the load generator's CPU time as a share of one core",
         "",
@@ -60,6 +60,7 @@ def to_json(report: BenchReport) -> dict[str, Any]:
     return {
         "url": report.url,
         "bodies": report.bodies,
+        "event_loop": report.event_loop,
         "duration_s": plan.duration_s,
         "warmup_s": plan.warmup_s,
         "timeout_s": plan.timeout_s,

@@ -3,6 +3,7 @@ and read against the server's batch sizes and the load generator's own CPU use."
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 import time
@@ -81,11 +82,13 @@ class BenchReport:
         runs: One result per level and rate, in the order run.
         warnings: Things that make the numbers doubtful (client CPU, unsent arrivals,
             nothing succeeded).
+        event_loop: The client's event loop (``uvloop`` or ``asyncio``).
     """
 
     url: str
     bodies: str
     plan: BenchPlan
+    event_loop: str = "asyncio"
     runs: list[RunResult] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -94,7 +97,13 @@ async def run_bench(plan: BenchPlan, bodies: Bodies, progress: Progress) -> Benc
     """Run every level, then every rate; return what was measured."""
     endpoint = plan.endpoint
     requests = [endpoint.post(body) for body in bodies.items]
-    report = BenchReport(endpoint.base + endpoint.path, bodies.source, plan)
+    loop_module = type(asyncio.get_running_loop()).__module__
+    report = BenchReport(
+        endpoint.base + endpoint.path,
+        bodies.source,
+        plan,
+        event_loop="uvloop" if loop_module.startswith("uvloop") else "asyncio",
+    )
     for level in plan.concurrency:
 
         def closed(tally: Tally, seconds: float, level: int = level) -> Awaitable[float]:
