@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -72,6 +73,9 @@ def spawn(
     worker = WorkerHandle(index, process, parent, loop.create_future())
     loop.add_reader(parent.fileno(), on_message, worker)
     loop.add_reader(process.sentinel, on_death, worker)
+    # uvloop (uvicorn's loop) makes a watched descriptor non-blocking; a message is
+    # read and written whole, so a pipe that fills half-way must block, not fail.
+    os.set_blocking(parent.fileno(), True)
     return worker
 
 
