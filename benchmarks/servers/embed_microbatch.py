@@ -1,7 +1,8 @@
 """microbatch, for ``microbatch serve embed_microbatch:service``: the embedding example
 as shipped (``examples/embeddings.py``: a ``tokenize`` stage, then an ``encode`` stage
 with one worker, batches of up to 32, adaptive policy) with ``BENCH_TORCH_THREADS``
-PyTorch threads. Endpoint: ``POST /predict``; health: ``GET /health/ready``.
+PyTorch threads; ``embed_microbatch:single`` is the same model in one stage
+(``make_service(split=False)``). Endpoint: ``POST /predict``; health: ``GET /health/ready``.
 """
 
 from __future__ import annotations
@@ -14,3 +15,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: 
 from examples.embeddings import make_service
 
 service = make_service(threads=int(os.environ.get("BENCH_TORCH_THREADS", "1")))
+
+single = make_service(threads=int(os.environ.get("BENCH_TORCH_THREADS", "1")), split=False)
+"""The same model with tokenizing in the encoder's worker (one stage), for comparison."""
