@@ -29,264 +29,97 @@ import sys
 from pathlib import Path
 
 # This file is named like the standard library's ``http`` package, and Python puts a
-# script's folder first on sys.path: drop it so ``urllib`` and ``http.client`` resolve.
+# script's folder first on sys.path: drop it so ``urllib`` and ``http.client`` resolve,
+# and put it back last so that ``harness`` (beside this file) is found after the stdlib.
 HERE = Path(__file__).resolve().parent
 sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != HERE]
+sys.path.append(str(HERE))
 
 import argparse
 import json
-import os
-import platform
 import shutil
-import signal
-import socket
-import subprocess
 import tempfile
-import threading
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
 from typing import Any
 
-ROOT = HERE.parent
-SERVERS = HERE / "servers"
-VENVS = HERE / ".venvs"
-RESULTS = HERE / "results"
+from harness import (
+    LUA_DONE,
+    RESULTS,
+    ROOT,
+    SERVERS,
+    SINGLE_THREAD_BLAS,
+    Contender,
+    Running,
+    ensure_venv,
+    fmt,
+    machine,
+    microbatch_serve_available,
+    run_wrk,
+    serving,
+    versions,
+)
+
 sys.path.insert(0, str(SERVERS))
 from workloads import MAX_BATCH, MAX_WAIT_MS, WIDTH, read_counter
 
 LEVELS = [1, 16, 64, 256]
-READY_TIMEOUT_S = 180.0
-SERVING_LINE = "microbatch serving on http://127.0.0.1:"
-SINGLE_THREAD_BLAS = {
-    name: "1"
-    for name in (
-        "OPENBLAS_NUM_THREADS",
-        "OMP_NUM_THREADS",
-        "MKL_NUM_THREADS",
-        "NUMEXPR_NUM_THREADS",
-    )
-}
-
-
-@dataclass(frozen=True)
-class Contender:
-    """A server under test: how to install it, start it, and reach it."""
-
-    name: str
-    packages: tuple[str, ...]
-    predict_path: str
-    health_path: str
-    settings: str  # what it got, for the report
-
-    @property
-    def venv(self) -> Path:
-        return VENVS / self.name
-
-    @property
-    def python(self) -> Path:
-        return self.venv / "bin" / "python"
-
-    def command(self, port: int) -> list[str]:
-        """The server's argv (``port`` 0 for microbatch: it reports the port it got)."""
-        if self.name == "microbatch":
-            return [
-                str(self.venv / "bin" / "microbatch"),
-                "serve",
-                "microbatch_server:service",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-            ]
-        script = str(SERVERS / f"{self.name}_server.py")
-        if self.name == "mosec":
-            return [str(self.python), script, "--address", "127.0.0.1", "--port", str(port)]
-        return [str(self.python), script, str(port)]
-
 
 CONTENDERS = {
     c.name: c
     for c in (
         Contender(
-            "microbatch",
-            ("-e", f"{ROOT}[http]", "numpy"),
-            "/predict",
-            "/health/ready",
-            "Service, 1 process Stage, BatchConfig(max_batch_size=64, max_latency_ms=10), "
-            "adaptive policy",
+            name="microbatch",
+            framework="microbatch",
+            server="microbatch_server:service",
+            packages=("-e", f"{ROOT}[http]", "numpy"),
+            predict_path="/predict",
+            health_path="/health/ready",
+            settings="Service, 1 process Stage, BatchConfig(max_batch_size=64, "
+            "max_latency_ms=10), adaptive policy",
         ),
         Contender(
-            "mosec",
-            ("mosec", "numpy"),
-            "/inference",
-            "/",
-            "append_worker(num=1, max_batch_size=64, max_wait_time=10 ms)",
+            name="mosec",
+            framework="mosec",
+            server="mosec_server.py",
+            packages=("mosec", "numpy"),
+            predict_path="/inference",
+            health_path="/",
+            settings="append_worker(num=1, max_batch_size=64, max_wait_time=10 ms)",
         ),
         Contender(
-            "litserve",
-            ("litserve", "numpy"),
-            "/predict",
-            "/health",
-            "LitAPI(max_batch_size=64, batch_timeout=0.01), workers_per_device=1, cpu",
+            name="litserve",
+            framework="litserve",
+            server="litserve_server.py",
+            packages=("litserve", "numpy"),
+            predict_path="/predict",
+            health_path="/health",
+            settings="LitAPI(max_batch_size=64, batch_timeout=0.01), workers_per_device=1, cpu",
         ),
         Contender(
-            "fastapi",
-            ("fastapi", "uvicorn[standard]", "numpy"),
-            "/predict",
-            "/health",
-            "no batching; sync endpoint, one model call at a time (a lock), 1 uvicorn worker",
+            name="fastapi",
+            framework="fastapi",
+            server="fastapi_server.py",
+            packages=("fastapi", "uvicorn[standard]", "numpy"),
+            predict_path="/predict",
+            health_path="/health",
+            settings="no batching; sync endpoint, one model call at a time (a lock), "
+            "1 uvicorn worker",
         ),
     )
 }
 
 
-# -- virtualenvs ---------------------------------------------------------------------
-
-
-def ensure_venv(contender: Contender) -> None:
-    """Create ``benchmarks/.venvs/NAME`` and install the contender, unless done before."""
-    marker = contender.venv / ".installed"
-    wanted = " ".join(contender.packages)
-    if marker.exists() and marker.read_text() == wanted:
-        return
-    print(f"[{contender.name}] creating {contender.venv}", flush=True)
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(contender.venv)], check=True)
-    pip = [str(contender.python), "-m", "pip", "install", "-q"]
-    subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, *contender.packages], check=True)
-    marker.write_text(wanted)
-
-
-def versions(contender: Contender) -> str:
-    """Versions of the packages that matter, for the report."""
-    out = subprocess.run(
-        [str(contender.python), "-m", "pip", "list", "--format", "freeze"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    keep = ("microbatch", "mosec", "litserve", "fastapi", "uvicorn", "numpy")
-    return ", ".join(line for line in out.splitlines() if line.lower().startswith(keep))
-
-
-def microbatch_serve_available(contender: Contender) -> bool:
-    """Whether this checkout has ``microbatch serve`` (it lands with issue 4)."""
-    probe = subprocess.run(
-        [str(contender.venv / "bin" / "microbatch"), "serve", "--help"],
-        capture_output=True,
-        text=True,
-    )
-    return probe.returncode == 0
-
-
-# -- servers -------------------------------------------------------------------------
-
-
-@dataclass
-class Running:
-    """A started server: its process (a group leader), URL base and log file."""
-
-    process: subprocess.Popen[str]
-    base: str
-    log: Path
-
-
-def free_port() -> int:
-    """A port that was free a moment ago on 127.0.0.1."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@contextmanager
-def serving(contender: Contender, workload: str, counter: Path, logs: Path) -> Iterator[Running]:
-    """Start the server, wait until its health URL answers 200, stop it on exit."""
-    port = free_port()
+def serving_workload(
+    contender: Contender, workload: str, counter: Path, logs: Path
+) -> AbstractContextManager[Running]:
+    """Start the contender on a workload (BLAS on one thread, batches counted)."""
     env = {
-        **os.environ,
         **SINGLE_THREAD_BLAS,
         "BENCH_WORKLOAD": workload,
         "BENCH_COUNTER_FILE": str(counter),
-        "PYTHONUNBUFFERED": "1",
     }
-    env.pop("VIRTUAL_ENV", None)
-    log = logs / f"{contender.name}-{workload}.log"
-    with open(log, "w") as sink:
-        process = subprocess.Popen(
-            contender.command(port),
-            cwd=SERVERS,
-            env=env,
-            stdout=subprocess.PIPE if contender.name == "microbatch" else sink,
-            stderr=sink,
-            text=True,
-            start_new_session=True,  # its own process group: stopped as one, by our pid
-        )
-    try:
-        if contender.name == "microbatch":
-            port = _announced_port(process, log)
-        running = Running(process, f"http://127.0.0.1:{port}", log)
-        _wait_ready(running, contender.health_path)
-        yield running
-    finally:
-        stop(process)
-
-
-def _announced_port(process: subprocess.Popen[str], log: Path) -> int:
-    """Read stdout until the ``microbatch serving on`` line; copy the rest to the log."""
-    assert process.stdout is not None
-    found: list[int] = []
-    announced = threading.Event()
-
-    def pump() -> None:
-        assert process.stdout is not None
-        with open(log, "a") as sink:
-            for line in process.stdout:
-                sink.write(line)
-                sink.flush()
-                if not found and line.startswith(SERVING_LINE):
-                    found.append(int(line[len(SERVING_LINE) :].strip().split("/")[0]))
-                    announced.set()
-        announced.set()
-
-    threading.Thread(target=pump, daemon=True).start()
-    if not announced.wait(READY_TIMEOUT_S) or not found:
-        raise RuntimeError(f"microbatch serve did not announce its port; see {log}")
-    return found[0]
-
-
-def _wait_ready(running: Running, health_path: str) -> None:
-    """Ask the health URL until it answers 200 (the harness may poll; the servers don't)."""
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if running.process.poll() is not None:
-            raise RuntimeError(
-                f"the server exited ({running.process.returncode}); see {running.log}"
-            )
-        try:
-            with urllib.request.urlopen(running.base + health_path, timeout=2) as reply:
-                if reply.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"not ready after {READY_TIMEOUT_S:.0f} s; see {running.log}")
-
-
-def stop(process: subprocess.Popen[str]) -> None:
-    """SIGTERM the server's process group, then SIGKILL it if still there after 10 s."""
-    if process.poll() is None:
-        with suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        with suppress(subprocess.TimeoutExpired):
-            process.wait(10)
-    with suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)  # workers left behind by the leader
-    process.wait()
+    return serving(contender, env, logs / f"{contender.name}-{workload}.log")
 
 
 # -- load ----------------------------------------------------------------------------
@@ -307,18 +140,6 @@ wrk.headers["Content-Type"] = "application/json"
 wrk.body = '%s'
 """
 
-LUA_DONE = """
-done = function(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format(
-    'WRKJSON {"requests": %d, "duration_us": %d, "non2xx": %d, "connect": %d, ' ..
-    '"read": %d, "write": %d, "timeout": %d, "p50_us": %d, "p99_us": %d, ' ..
-    '"mean_us": %.1f, "max_us": %d}\\n',
-    summary.requests, summary.duration, e.status, e.connect, e.read, e.write, e.timeout,
-    latency:percentile(50), latency:percentile(99), latency.mean, latency.max))
-end
-"""
-
 
 def lua_script(workload: str, directory: Path) -> Path:
     """The wrk script for a workload: distinct ``x`` per request (sim) or a fixed vector."""
@@ -330,28 +151,6 @@ def lua_script(workload: str, directory: Path) -> Path:
     path = directory / f"{workload}.lua"
     path.write_text(text + LUA_DONE)
     return path
-
-
-def run_wrk(url: str, script: Path, connections: int, seconds: float) -> dict[str, Any]:
-    """One closed-loop wrk run; its summary (latencies in us, counts)."""
-    threads = min(2, connections)
-    command = [
-        "wrk",
-        f"-t{threads}",
-        f"-c{connections}",
-        f"-d{max(1, round(seconds))}s",
-        "--timeout",
-        "10s",
-        "-s",
-        str(script),
-        url,
-    ]
-    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-    for line in out.splitlines():
-        if line.startswith("WRKJSON "):
-            summary: dict[str, Any] = json.loads(line[len("WRKJSON ") :])
-            return summary
-    raise RuntimeError(f"wrk printed no summary:\n{out}")
 
 
 def measure(
@@ -435,7 +234,7 @@ def bench_contender(
     counter = work / f"{contender.name}-{workload}.count"
     counter.unlink(missing_ok=True)
     script = lua_script(workload, work)
-    with serving(contender, workload, counter, args.logs) as running:
+    with serving_workload(contender, workload, counter, args.logs) as running:
         correctness = check_correct(running, contender, workload)
         print(f"[{contender.name}/{workload}] correctness: {correctness}", flush=True)
         rows = []
@@ -447,14 +246,10 @@ def bench_contender(
             print(
                 f"[{contender.name}/{workload}] c={connections:3d} {row['req_per_s']:8.0f} req/s "
                 f"p50 {row['p50_ms']:7.2f} ms p99 {row['p99_ms']:7.2f} ms "
-                f"non2xx {row['non2xx']} batch {_fmt(row['mean_batch'])}",
+                f"non2xx {row['non2xx']} batch {fmt(row['mean_batch'])}",
                 flush=True,
             )
     return {"correctness": correctness, "levels": rows}
-
-
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1f}"
 
 
 # -- report --------------------------------------------------------------------------
@@ -501,7 +296,7 @@ def markdown(report: dict[str, Any]) -> str:
                 lines.append(
                     f"| {name} | {row['connections']} | {row['req_per_s']:.0f} | "
                     f"{row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['non2xx']} | "
-                    f"{row['socket_errors']} | {_fmt(row['mean_batch'])} |"
+                    f"{row['socket_errors']} | {fmt(row['mean_batch'])} |"
                 )
         lines.append("")
         correct = {
@@ -599,8 +394,7 @@ def main() -> None:
                     contender, workload, args.levels, args, Path(tmp)
                 )
     report = {
-        "machine": f"{os.cpu_count()} CPUs, Python {platform.python_version()}, "
-        f"{platform.platform()}",
+        "machine": machine(),
         "duration_s": args.duration,
         "warmup_s": args.warmup,
         "levels": args.levels,

@@ -9,48 +9,24 @@ virtualenv can import it. The workload is chosen by ``BENCH_WORKLOAD``:
   ``{"x": [256 floats]}`` -> ``{"y": [256 floats]}``. BLAS threads are pinned to 1
   by the harness (``OPENBLAS_NUM_THREADS`` and friends).
 
-Every batch is counted into ``BENCH_COUNTER_FILE`` (two little-endian int64: batches,
-items), which the harness reads before and after a run to get the mean batch size.
+Every batch is counted into ``BENCH_COUNTER_FILE`` (see ``counter.py``), which the
+harness reads before and after a run to get the mean batch size.
 """
 
 from __future__ import annotations
 
 import os
-import struct
 import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MAX_BATCH", "MAX_WAIT_MS", "Workload", "load"]
+from counter import BatchCounter, read_counter
+
+__all__ = ["MAX_BATCH", "MAX_WAIT_MS", "Workload", "load", "read_counter"]
 
 MAX_BATCH = 64
 MAX_WAIT_MS = 10.0
 WIDTH = 256
-_RECORD = struct.Struct("<qq")
-
-
-class _Counter:
-    """Batches and items so far, kept in a 16-byte file (one pwrite per batch)."""
-
-    def __init__(self, path: str | None) -> None:
-        self.batches = self.items = 0
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644) if path else None
-
-    def add(self, items: int) -> None:
-        self.batches += 1
-        self.items += items
-        if self._fd is not None:
-            os.pwrite(self._fd, _RECORD.pack(self.batches, self.items), 0)
-
-
-def read_counter(path: str) -> tuple[int, int]:
-    """``(batches, items)`` written so far to a counter file ((0, 0) if none yet)."""
-    try:
-        with open(path, "rb") as file:
-            data = file.read(_RECORD.size)
-    except FileNotFoundError:
-        return 0, 0
-    return _RECORD.unpack(data) if len(data) == _RECORD.size else (0, 0)
 
 
 class Workload:
@@ -58,7 +34,7 @@ class Workload:
 
     def __init__(self, name: str, counter_path: str | None) -> None:
         self.name = name
-        self._counter = _Counter(counter_path)
+        self._counter = BatchCounter(counter_path)
         self._run: Callable[[list[Any]], list[Any]] = {"sim": _simulated, "numpy": _layer()}[name]
 
     def predict(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 
 from . import __version__
+from .bench import command as bench
 from .decorator import batch
 from .http.server import add_serve_arguments, run_serve
 from .stats import BatcherStats
@@ -35,11 +36,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_serve_arguments(serve)
     add_ray_arguments(serve)
     tune.add_parser(commands)
+    bench.add_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "serve":
         return run_serve_on_ray(args) if args.ray else run_serve(args)
     if args.command == "tune":
         return tune.run(args)
+    if args.command == "bench":
+        return bench.run(args)
     if args.command == "demo":
         run_demo(args.callers, args.threads, args.seconds, args.max_batch_size, args.max_latency_ms)
     return 0

@@ -182,3 +182,13 @@ class ReturnsWorkerOnlyClass(Model):
 
     def predict(self, batch: list[Any]) -> list[Any]:
         return [(x, self.token()) for x in batch]
+
+
+class Expand(Model):
+    """A small item in, a large result out (like an embedding model): x -> a 64x512
+    float32 array filled with x (128 KiB)."""
+
+    def predict(self, batch: list[int]) -> list[Any]:
+        import numpy as np
+
+        return [np.full((64, 512), x, dtype=np.float32) for x in batch]

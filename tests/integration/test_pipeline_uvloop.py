@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import Any
 
 import pytest
 import uvloop
 
+from microbatch import BatchConfig
 from microbatch.pipeline import ProcessPool, Service, Stage
-from tests.integration.pipeline_models import Identity
+from tests.integration.pipeline_models import Expand, Identity
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -34,3 +36,17 @@ def test_messages_larger_than_the_pipe_buffer_arrive_whole_both_ways() -> None:
     results, restarts = uvloop.run(main())
     assert results == [[i + j / 7 for j in range(30_000)] for i in range(24)]
     assert restarts == 0
+
+
+def test_numpy_results_larger_than_the_pipe_cross_a_process_stage() -> None:
+    async def round_trip() -> tuple[list[Any], int]:
+        settings = BatchConfig(max_batch_size=16, max_latency_ms=5)
+        async with Service(Stage(Expand, batching=settings)) as service:
+            back = await asyncio.gather(*(service.submit(x, timeout_s=60) for x in range(64)))
+            return list(back), service.pools[0].restarts
+
+    back, restarts = uvloop.run(round_trip())
+    assert restarts == 0
+    assert [(array.shape, float(array[-1, -1])) for array in back] == [
+        ((64, 512), float(x)) for x in range(64)
+    ]

@@ -1,0 +1,20 @@
+"""microbatch, for ``microbatch serve embed_microbatch:service``: the embedding example
+as shipped (``examples/embeddings.py``: a ``tokenize`` stage, then an ``encode`` stage
+with one worker, batches of up to 32, adaptive policy) with ``BENCH_TORCH_THREADS``
+PyTorch threads; ``embed_microbatch:single`` is the same model in one stage
+(``make_service(split=False)``). Endpoint: ``POST /predict``; health: ``GET /health/ready``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: ``examples``
+from examples.embeddings import make_service
+
+service = make_service(threads=int(os.environ.get("BENCH_TORCH_THREADS", "1")))
+
+single = make_service(threads=int(os.environ.get("BENCH_TORCH_THREADS", "1")), split=False)
+"""The same model with tokenizing in the encoder's worker (one stage), for comparison."""
