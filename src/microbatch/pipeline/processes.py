@@ -103,9 +103,6 @@ def spawn(
     # read that found half a message would fail with BlockingIOError.
     os.set_blocking(parent.fileno(), True)
     loop.add_reader(process.sentinel, on_death, worker)
-    # uvloop (uvicorn's loop) makes a watched descriptor non-blocking; a message is
-    # read and written whole, so a pipe that fills half-way must block, not fail.
-    os.set_blocking(parent.fileno(), True)
     return worker
 
 
