@@ -21,7 +21,7 @@ from microbatch.bench import (
 from microbatch.bench.runner import warnings_for
 from microbatch.http.metrics import HttpMetrics
 from microbatch.pipeline.service import ServiceStats, StageStats
-from microbatch.stats import BatcherStats
+from microbatch.stats import QUEUE_WAIT_BUCKETS_S, BatcherStats
 
 
 def test_nearest_rank_percentiles() -> None:
@@ -73,7 +73,21 @@ def _metrics_text(sizes: dict[str, dict[int, int]]) -> str:
     def batching(counts: dict[int, int]) -> BatcherStats:
         batches, items = sum(counts.values()), sum(s * n for s, n in counts.items())
         return BatcherStats(
-            0, 0, batches, items, items / max(batches, 1), counts, 0.0, 0.0, 0.0, 0, 0, 0, 0
+            queued=0,
+            in_flight=0,
+            batches=batches,
+            items=items,
+            mean_batch_size=items / max(batches, 1),
+            batch_sizes=counts,
+            queue_wait_p50_ms=0.0,
+            queue_wait_p90_ms=0.0,
+            queue_wait_p99_ms=0.0,
+            queue_wait_counts=(0,) * (len(QUEUE_WAIT_BUCKETS_S) + 1),
+            queue_wait_sum_s=0.0,
+            expired=0,
+            cancelled=0,
+            rejected=0,
+            failed=0,
         )
 
     stages = tuple(StageStats(name, 1, 1, 0, batching(c)) for name, c in sizes.items())
