@@ -150,6 +150,7 @@ class HeaderGuardedProtocol(HttpToolsProtocol):
         """Stop the timer with the connection; tell the app if a response was due."""
         self._stop_read_timer()
         callback, self._on_disconnect = self._on_disconnect, None
+        self._extensions.clear()  # they refer back to this protocol: no cycle left
         super().connection_lost(exc)
         if callback is not None:
             callback()
