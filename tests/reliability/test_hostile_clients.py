@@ -242,11 +242,6 @@ async def declared_but_not_sent(address: tuple[str, int], size: int) -> int:
         connection.abort()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the header cap is checked per read: a header block that is complete within"
-    " the read after the first 64 KiB (up to ~128 KiB in all) is let through",
-)
 def test_headers_just_over_64_kib_get_431() -> None:
     with serving("echo") as server:
         status = run(big_headers(server.address, 70_000))

@@ -109,13 +109,15 @@ class HeaderGuardedProtocol(HttpToolsProtocol):
         self._await_headers()
 
     def data_received(self, data: bytes) -> None:
-        """Feed the parser; refuse headers that grow past the cap."""
-        reading_headers = self._reading_headers and not self._in_body
-        super().data_received(data)
-        if reading_headers and self._reading_headers:
-            self._header_bytes += len(data)
+        """Refuse headers that grow past the cap before the parser sees them (the
+        bytes up to the blank line that ends them count); feed the parser."""
+        if self._reading_headers and not self._in_body:
+            end = data.find(b"\r\n\r\n")
+            self._header_bytes += len(data) if end < 0 else end + 4
             if self._header_bytes > self.max_header_bytes:
                 self._refuse(_HEADERS_TOO_LARGE)
+                return
+        super().data_received(data)
 
     def on_message_begin(self) -> None:
         """A new request: its scope gets the extensions."""
