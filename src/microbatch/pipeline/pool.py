@@ -58,7 +58,7 @@ class ProcessPool:
         self._closing = False
         self._failed: StageFailed | None = None
         self._restart_tasks: set[asyncio.Task[None]] = set()
-        self._dead: list[BaseProcess] = []  # exited workers, reaped at close if not before
+        self._reaping: dict[BaseProcess, asyncio.Future[None]] = {}  # exiting workers
         self._warm_up_items: list[Any] | None = None  # known once warm_up() ran
 
     @property
@@ -178,9 +178,7 @@ class ProcessPool:
                 settle(batch.future, closed)
             worker.batches.clear()
             forget(worker)
-        for process in self._dead:
-            await loop.run_in_executor(None, stop, process)
-        self._dead.clear()
+        await asyncio.gather(*self._reaping.values())
         await asyncio.gather(*self._copies, return_exceptions=True)  # results already out
 
     # -- batches -------------------------------------------------------------------
@@ -278,8 +276,8 @@ class ProcessPool:
             pass  # results it sent before it died count
         forget(worker)
         worker.process.join(0)  # reap it now if it has exited (no zombie)
-        if worker.process.exitcode is None:
-            self._dead.append(worker.process)  # not quite gone yet: reaped at close
+        if worker.process.exitcode is None:  # its pipes closed a moment before it exited
+            self._reap(worker.process)
         code = worker.process.exitcode
         if not worker.set_up.done():
             worker.set_up.set_exception(WorkerDied(_died_early(code)))
@@ -362,7 +360,15 @@ class ProcessPool:
             worker.alive = False
             forget(worker)
             worker.process.kill()
-            self._dead.append(worker.process)
+            self._reap(worker.process)
+
+    def _reap(self, process: BaseProcess) -> None:
+        """Wait for an exiting worker in a thread, then let it go: a worker kept
+        until close would keep a zombie and its sentinel's descriptor for as long as
+        the service runs (one more with every crash)."""
+        future = asyncio.get_running_loop().run_in_executor(None, stop, process)
+        self._reaping[process] = future
+        future.add_done_callback(lambda _: self._reaping.pop(process, None))
 
     def _fail(self, failure: StageFailed) -> None:
         """From now on every run fails fast with ``failure``; so do the waiting ones."""
