@@ -103,7 +103,9 @@ def test_random_hang_ups_leak_no_file_descriptors_or_memory(tmp_path: Path) -> N
     )
     assert all(r["wrong"] == 0 for r in rounds)
     assert rounds[-1]["cancelled"] > 0
-    assert max(fds[1:]) <= fds[0]  # back to where it was after the first round
+    # Back to where it was after the first round (give or take the connections of
+    # this test's own probes; a leak would be hundreds: 700 hang-ups a round).
+    assert max(fds[1:]) <= fds[0] + 2
     assert rss[-1] <= 1.05 * rss[1]
 
 
@@ -124,7 +126,7 @@ async def rounds_of_hang_ups(server: Server) -> list[dict[str, float]]:
         if found:  # wait (bounded) for the hung-up connections to be closed
 
             async def closed(baseline: float = found[0]["fds"]) -> bool:
-                return fd_count(server.process.pid) <= baseline
+                return fd_count(server.process.pid) <= baseline + 2
 
             await eventually(closed, "the file descriptors are back to the first round's", 15)
         cancelled = await metric(server.address, CANCELLED, reason="cancelled")
