@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import time
 import weakref
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -113,7 +114,11 @@ class Batcher(Generic[T, R]):
         self._state = self._queue.state
         self._stats = self._queue.stats
         self._free_slots = self.config.max_concurrent_batches
-        self._ahead = 0  # batches handed to the thread pool before a thread was free
+        # Batches holding a slot, by id: (when they started, units); and batches
+        # handed over behind them, in order: (id, units). A policy sees when the
+        # running batch started, to hand the next one over just before it ends.
+        self._running: dict[int, tuple[float, int]] = {}
+        self._ahead: deque[tuple[int, int]] = deque()
         self._batches_running = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._all_done: asyncio.Event | None = None  # made by close() to wait on
@@ -288,6 +293,8 @@ class Batcher(Generic[T, R]):
             now = clock_now if now is None or clock_now > now else now
             if not self._closing:
                 state.behind = not self._free_slots
+                if state.behind:
+                    state.running_since_s, state.running_size = min(self._running.values())
                 at = self._policy.release_at(state, now)
                 if at > now:
                     self._wake_at(at)
@@ -302,7 +309,7 @@ class Batcher(Generic[T, R]):
         instead of waiting for the event loop (and the GIL) to hand it over: this
         keeps a saturated model busy back to back.
         """
-        return self._run_ahead and self._ahead < self.config.max_concurrent_batches
+        return self._run_ahead and len(self._ahead) < self.config.max_concurrent_batches
 
     def _wake_at(self, at: float) -> None:
         if self._timer is not None:
@@ -317,11 +324,12 @@ class Batcher(Generic[T, R]):
         self._dispatch(self._timer_at)
 
     def _release(self, now: float) -> None:
-        batch, _ = self._queue.take(now)
+        batch, units = self._queue.take(now)
         if self._free_slots:
             self._free_slots -= 1
+            self._running[id(batch)] = (now, units)
         else:
-            self._ahead += 1
+            self._ahead.append((id(batch), units))
         loop = asyncio.get_running_loop()
         self._batches_running += 1
         if self._is_async:
@@ -393,9 +401,14 @@ class Batcher(Generic[T, R]):
         for entry in batch:
             if entry.timer is not None:
                 entry.timer.cancel()
-        self._state.finished(len(batch), self._now())
-        if self._ahead:
-            self._ahead -= 1  # a batch waiting in the pool took the thread
+        now = self._now()
+        self._state.finished(len(batch), now)
+        key = id(batch)
+        if self._running.pop(key, None) is None:  # it finished before taking a slot
+            self._ahead.remove(next(ahead for ahead in self._ahead if ahead[0] == key))
+        elif self._ahead:  # a batch waiting in the pool took the slot
+            next_key, units = self._ahead.popleft()
+            self._running[next_key] = (now, units)
         else:
             self._free_slots += 1
         self._batches_running -= 1

@@ -50,6 +50,8 @@ class QueueState:
             come back. ``None`` before the first measurement.
         behind: The batch asked about would wait behind a running one (every slot
             is busy and the function queues batches itself).
+        running_since_s: While ``behind``: when the longest-running batch started.
+        running_size: While ``behind``: that batch's size in units.
     """
 
     size: int = 0
@@ -64,6 +66,8 @@ class QueueState:
     peak_window_s: float = 1.0
     turnaround_s: float | None = None
     behind: bool = False
+    running_since_s: float = 0.0
+    running_size: int = 0
     _window_start: float = float("-inf")
     _window_peak: int = 0
     _returning: int = 0  # arrivals still expected to measure the turnaround
@@ -266,6 +270,10 @@ class AdaptivePolicy:
     callers pays: they come back within the turnaround, and one batch instead of
     two saves ``cost(queued) + cost(running) - cost(both)`` of model time. Holding
     it costs at most the turnaround, so it pays when the turnaround is shorter.
+    Otherwise it is handed over only when the running batch is predicted to have
+    ``handoff_share`` of its time left: handing it over sooner would not start it
+    sooner, it would only stop it from growing (and the items arriving meanwhile
+    would wait behind two batches).
     """
 
     def __init__(
@@ -276,12 +284,14 @@ class AdaptivePolicy:
         slots: int = 1,
         target_utilization: float = 0.8,
         patience_share: float = 0.25,
+        handoff_share: float = 0.05,
     ) -> None:
         self.max_batch_size = max_batch_size
         self.max_latency_s = max_latency_s
         self.slots = slots
         self.target_utilization = target_utilization
         self.patience_share = patience_share
+        self.handoff_share = handoff_share
         self.cost = CostModel()
         self.reason = ""
 
@@ -289,8 +299,18 @@ class AdaptivePolicy:
         """The release time by the rules in the class docstring.
 
         ``reason`` names the rule behind the last decision ("full", "callers",
-        "latency", "merge", "no-arrival", "keeps-up", "paused", or "wait").
+        "latency", "merge", "behind", "no-arrival", "keeps-up", "paused", or "wait").
         """
+        at = self._by_rules(state, now)
+        if at <= now and state.behind and self.reason != "full":
+            running_s = self.cost.predict(state.running_size)
+            handoff = state.running_since_s + (1.0 - self.handoff_share) * running_s
+            if handoff > now:
+                self.reason = "behind"
+                return handoff
+        return at
+
+    def _by_rules(self, state: QueueState, now: float) -> float:
         size = state.size
         if size >= self.max_batch_size or self.max_latency_s <= 0:
             self.reason = "full"

@@ -159,6 +159,7 @@ class TestAdaptive:
         state.recent_peak = 16
         state.turnaround_s = turnaround_s
         state.behind = True
+        state.running_since_s, state.running_size = 0.0, 8
         return policy, state
 
     def test_holds_a_batch_behind_a_running_one_while_merging_pays(self) -> None:
@@ -171,8 +172,26 @@ class TestAdaptive:
     def test_sends_a_batch_behind_a_running_one_when_callers_come_back_slowly(self) -> None:
         policy, state = self.behind(turnaround_s=0.003)  # longer than the 2 ms saved
         now = 0.001
-        assert policy.release_at(state, now) == now
+        # Not at once: only when the running batch is about to end.
+        handoff = (1 - policy.handoff_share) * policy.cost.predict(8)
+        assert policy.release_at(state, now) == pytest.approx(handoff)
+        assert policy.reason == "behind"
+        assert policy.release_at(state, handoff) == handoff
         assert policy.reason == "callers"
+
+    def test_a_batch_behind_a_running_one_grows_until_that_one_is_about_to_end(self) -> None:
+        policy = self.make(latency_s=0.002)  # a bound far under the model's 40 ms
+        for _ in range(10):
+            policy.batch_finished(8, 0.040)
+        state = queue(0.010, [0.010], in_flight=2)  # one arrival 10 ms into a batch
+        state.behind, state.running_since_s, state.running_size = True, 0.0, 2
+        handoff = (1 - policy.handoff_share) * 0.040
+        assert policy.release_at(state, 0.010) == pytest.approx(handoff)
+        assert policy.reason == "behind"
+        state.arrived(0.020, 1)  # it grows meanwhile
+        assert policy.release_at(state, 0.020) == pytest.approx(handoff)
+        assert policy.release_at(state, handoff) == handoff
+        assert state.size == 2
 
     def test_a_full_batch_goes_behind_a_running_one_at_once(self) -> None:
         policy, state = self.behind(turnaround_s=0.0)
