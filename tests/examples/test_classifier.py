@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 import pytest
 
 from examples.classifier import IrisPrediction, IrisRequest, make_service
 from microbatch.errors import RemoteError
+from microbatch.http import app
+from tests.http.conftest import serving
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -41,3 +44,23 @@ async def test_a_non_finite_measurement_fails_alone() -> None:
     assert isinstance(outcomes[1], RemoteError) and outcomes[1].type_name == "ValueError"
     assert "finite" in str(outcomes[1])
     assert [o.species for o in (outcomes[0], outcomes[2])] == ["setosa", "setosa"]  # type: ignore[union-attr]
+
+
+async def test_serves_over_http_with_the_prediction_type_in_its_schema() -> None:
+    async with serving(app(make_service())) as client:
+        answer = await client.post(
+            "/predict",
+            json={"sepal_length": 6.5, "sepal_width": 3.0, "petal_length": 5.8, "petal_width": 2.2},
+        )
+        assert answer.status_code == 200
+        assert answer.json()["species"] == "virginica"
+        nan = msgspec.msgpack.encode(IrisRequest(float("nan"), 3.0, 1.0, 0.1))
+        bad = await client.post(
+            "/predict", content=nan, headers={"content-type": "application/msgpack"}
+        )
+        assert bad.status_code == 500 and "finite" not in bad.text  # no model detail leaks
+        openapi = (await client.get("/openapi.json")).json()
+    response = openapi["paths"]["/predict"]["post"]["responses"]["200"]
+    assert response["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/IrisPrediction"
+    }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections.abc
 import inspect
+import types
 import typing
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -153,7 +154,20 @@ def item_types(batch_function: Callable[..., Any]) -> tuple[Any, Any]:
     except (NameError, TypeError, ValueError):
         return Any, Any
     batch_hint = hints.get(parameters[0].name, Any) if parameters else Any
-    return _element_type(batch_hint), _element_type(hints.get("return", Any))
+    return _element_type(batch_hint), _without_errors(_element_type(hints.get("return", Any)))
+
+
+def _without_errors(hint: Any) -> Any:
+    """``Out`` from ``Out | SomeError``: an exception in a result list fails its item,
+    it is never encoded as a response."""
+    if typing.get_origin(hint) not in (typing.Union, types.UnionType):
+        return hint
+    kept = [
+        arg
+        for arg in typing.get_args(hint)
+        if not (inspect.isclass(arg) and issubclass(arg, BaseException))
+    ]
+    return typing.Union[tuple(kept)] if kept else Any  # noqa: UP007 (built from a list)
 
 
 def _element_type(hint: Any) -> Any:
