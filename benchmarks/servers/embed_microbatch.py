@@ -1,8 +1,9 @@
 """microbatch, for ``microbatch serve embed_microbatch:service``: the embedding example
-as shipped (``examples/embeddings.py``: a ``tokenize`` stage, then an ``encode`` stage
-with one worker, batches of up to 32, adaptive policy) with ``BENCH_TORCH_THREADS``
-PyTorch threads; ``embed_microbatch:single`` is the same model in one stage
-(``make_service(split=False)``). Endpoint: ``POST /predict``; health: ``GET /health/ready``.
+as shipped (``examples/embeddings.py``: on a machine without a GPU one ``embed``
+stage, one worker, batches of up to 32, adaptive policy) with ``BENCH_TORCH_THREADS``
+PyTorch threads; ``embed_microbatch:split`` is the same model in the GPU layout, a
+``tokenize`` stage then an ``encode`` stage (``make_service(split=True)``). Endpoint:
+``POST /predict``; health: ``GET /health/ready``.
 """
 
 from __future__ import annotations
@@ -16,5 +17,5 @@ from examples.embeddings import make_service
 
 service = make_service(threads=int(os.environ.get("BENCH_TORCH_THREADS", "1")))
 
-single = make_service(threads=int(os.environ.get("BENCH_TORCH_THREADS", "1")), split=False)
-"""The same model with tokenizing in the encoder's worker (one stage), for comparison."""
+split = make_service(threads=int(os.environ.get("BENCH_TORCH_THREADS", "1")), split=True)
+"""The same model with tokenizing in a stage of its own, for comparison."""
