@@ -38,6 +38,8 @@ sys.path.append(str(HERE))
 import argparse
 import json
 import shutil
+import statistics
+import time
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
@@ -61,7 +63,7 @@ from harness import (
 )
 
 sys.path.insert(0, str(SERVERS))
-from workloads import MAX_BATCH, MAX_WAIT_MS, WIDTH, read_counter
+from workloads import MAX_BATCH, MAX_WAIT_MS, WIDTH, Workload, read_counter
 
 LEVELS = [1, 16, 64, 256]
 
@@ -252,6 +254,30 @@ def bench_contender(
     return {"correctness": correctness, "levels": rows}
 
 
+def bare_model_ms(workload: str, calls: int = 200) -> float:
+    """Median milliseconds of one model call on one item, in this process: what a
+    server adds at 1 connection is its p50 less this."""
+    model = Workload(workload, None)
+    body = {"x": 1.5} if workload == "sim" else {"x": [0.25] * WIDTH}
+    times = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        model.predict([body])
+        times.append(time.perf_counter() - started)
+    return 1000 * statistics.median(times)
+
+
+def added_latency(results: dict[str, Any], bare: dict[str, float]) -> dict[str, Any]:
+    """Per workload and contender: p50 at 1 connection less the bare model call."""
+    out: dict[str, Any] = {}
+    for workload, by_contender in results.items():
+        for name, data in by_contender.items():
+            one = [row for row in data.get("levels", []) if row["connections"] == 1]
+            if one and workload in bare:
+                out.setdefault(workload, {})[name] = one[0]["p50_ms"] - bare[workload]
+    return out
+
+
 # -- report --------------------------------------------------------------------------
 
 
@@ -305,6 +331,14 @@ def markdown(report: dict[str, Any]) -> str:
             if "correctness" in data
         }
         lines += [f"Correctness pass: {json.dumps(correct)}", ""]
+        if workload in report.get("bare_model_ms", {}):
+            added = report["added_ms"].get(workload, {})
+            lines += [
+                f"Bare model call on one item, in the benchmark's process (median of 200): "
+                f"{report['bare_model_ms'][workload]:.2f} ms. Added at 1 connection (p50 less "
+                "that): " + ", ".join(f"{name} {ms:.2f} ms" for name, ms in added.items()),
+                "",
+            ]
         for peer, by_level in report["ratios"].get(workload, {}).items():
             text = ", ".join(f"{c}: {r:.2f}" for c, r in by_level.items())
             lines.append(f"- microbatch / {peer} (req/s): {text}")
@@ -382,6 +416,7 @@ def main() -> None:
         ensure_venv(contender)
         info[contender.name] = {"settings": contender.settings, "versions": versions(contender)}
     results: dict[str, dict[str, Any]] = {}
+    bare = {workload: bare_model_ms(workload) for workload in args.workloads}
     with tempfile.TemporaryDirectory(prefix="bench-http-") as tmp:
         for workload in args.workloads:
             results[workload] = {}
@@ -402,6 +437,8 @@ def main() -> None:
         "results": results,
     }
     report["ratios"] = ratios(results)
+    report["bare_model_ms"] = bare
+    report["added_ms"] = added_latency(results, bare)
     (args.out_dir / "http.json").write_text(json.dumps(report, indent=2) + "\n")
     (args.out_dir / "http.md").write_text(markdown(report))
     plotted = plot(report, args.out_dir / "http.png")
