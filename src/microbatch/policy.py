@@ -52,6 +52,8 @@ class QueueState:
             is busy and the function queues batches itself).
         running_since_s: While ``behind``: when the longest-running batch started.
         running_size: While ``behind``: that batch's size in units.
+        returning: Items of the last finished batch whose callers have not come
+            back yet (as counted by arrivals).
     """
 
     size: int = 0
@@ -68,9 +70,9 @@ class QueueState:
     behind: bool = False
     running_since_s: float = 0.0
     running_size: int = 0
+    returning: int = 0
     _window_start: float = float("-inf")
     _window_peak: int = 0
-    _returning: int = 0  # arrivals still expected to measure the turnaround
     _returned_from: float = 0.0  # when the batch being measured finished
 
     def arrived(self, now: float, size: int) -> None:
@@ -82,9 +84,9 @@ class QueueState:
             self.arrival_gap_s = gap if mean is None else mean + weight * (gap - mean)
         if not self.count:
             self.oldest_arrival_s = now
-        if self._returning:
-            self._returning -= 1
-            if not self._returning:
+        if self.returning:
+            self.returning -= 1
+            if not self.returning:
                 self._turned_around(now - self._returned_from)
         self.newest_arrival_s = now
         self.arrivals += 1
@@ -116,9 +118,9 @@ class QueueState:
         """A batch of ``count`` items finished at ``now``."""
         self.in_flight -= count
         self.last_finish_s = now
-        if self._returning:  # the last batch's callers are not all back yet
+        if self.returning:  # the last batch's callers are not all back yet
             self._turned_around(now - self._returned_from)
-        self._returning = count
+        self.returning = count
         self._returned_from = now
 
     def _turned_around(self, seconds: float) -> None:
@@ -265,15 +267,16 @@ class AdaptivePolicy:
     Otherwise it asks to be woken at the earlier of the latency limit (3) and the
     overdue time (6), or at the next arrival.
 
-    A batch that would wait behind a running one (``state.behind``) is held back,
-    unless full or at the latency limit, while merging it with the running batch's
-    callers pays: they come back within the turnaround, and one batch instead of
-    two saves ``cost(queued) + cost(running) - cost(both)`` of model time. Holding
-    it costs at most the turnaround, so it pays when the turnaround is shorter.
-    Otherwise it is handed over only when the running batch is predicted to have
-    ``handoff_share`` of its time left: handing it over sooner would not start it
-    sooner, it would only stop it from growing (and the items arriving meanwhile
-    would wait behind two batches).
+    Items that waited through a batch (or would wait behind a running one) are
+    held back, unless full or at the latency limit, only while merging them with
+    that batch's callers pays: those come back within the turnaround, and one batch
+    instead of two saves ``cost(queued) + cost(theirs) - cost(both)`` of model time.
+    So they are held while the turnaround is shorter than that saving, for at most
+    the saving (past it, waiting costs more than it saves). Otherwise, with a slot free, they go at once ("waited"); behind a
+    running batch, they are handed over only when it is predicted to have
+    ``handoff_share`` of its time left: handing them over sooner would not start
+    them sooner, it would only stop the batch from growing (and the items arriving
+    meanwhile would wait behind two batches).
     """
 
     def __init__(
@@ -317,9 +320,15 @@ class AdaptivePolicy:
             return now
         cost = self.cost
         latest = state.oldest_arrival_s + self.max_latency_s - cost.predict(size + 1)
-        if state.behind and latest > now and self._merging_pays(state):
-            self.reason = "merge"
-            return latest
+        waited = state.oldest_arrival_s < state.last_finish_s  # queued through a batch
+        if latest > now and (state.behind or waited):
+            merge_at = self._merge_until(state, latest)
+            if merge_at > now:
+                self.reason = "merge"
+                return merge_at
+            if not state.behind:  # the slot is free: no reason to keep it idle
+                self.reason = "waited"
+                return now
         if state.count + state.in_flight >= state.recent_peak:
             self.reason = "callers"
             return now
@@ -346,14 +355,21 @@ class AdaptivePolicy:
         self.reason = "paused" if at <= now else "wait"
         return at
 
-    def _merging_pays(self, state: QueueState) -> bool:
+    def _merge_until(self, state: QueueState, latest: float) -> float:
+        """Until when to hold the queue for the callers of the running batch (or of
+        the one that just finished), or ``-inf`` when merging with them does not pay."""
         turnaround = state.turnaround_s
-        both = state.size + state.in_flight
-        if turnaround is None or both > self.max_batch_size:
-            return False
+        coming = state.in_flight if state.behind else state.returning
+        both = state.size + coming
+        if turnaround is None or not coming or both > self.max_batch_size:
+            return float("-inf")
         cost = self.cost
-        saved = cost.predict(state.size) + cost.predict(state.in_flight) - cost.predict(both)
-        return turnaround < saved
+        saved = cost.predict(state.size) + cost.predict(coming) - cost.predict(both)
+        if turnaround >= saved:
+            return float("-inf")
+        # Waiting pays until it has cost as much as it saves; the callers coming
+        # back all at once end it sooner (nobody is left to wait for).
+        return latest if state.behind else min(latest, state.last_finish_s + saved)
 
     def batch_finished(self, size: int, duration_s: float) -> None:
         """Feed the cost model."""

@@ -200,6 +200,39 @@ class TestAdaptive:
         assert policy.release_at(state, 0.002) == 0.002
         assert policy.reason == "full"
 
+    def waited(self, *, turnaround_s: float) -> tuple[AdaptivePolicy, QueueState]:
+        """Two cohorts of 64 callers: 24 queued while the other 40 ran; those 40
+        just finished at 5 ms and are not back yet."""
+        policy = self.make()
+        for size in (4, 8, 16) * 10:
+            policy.batch_finished(size, 0.002 + 0.00002 * size)  # 2 ms per batch saved
+        state = queue(0.001, [0.001 + 1e-5 * i for i in range(24)], in_flight=40)
+        state.recent_peak = 64
+        state.turnaround_s = turnaround_s
+        state.finished(40, 0.005)
+        return policy, state
+
+    def test_items_that_waited_through_a_batch_go_when_its_callers_come_back_slowly(
+        self,
+    ) -> None:
+        policy, state = self.waited(turnaround_s=0.004)  # longer than the 2 ms saved
+        assert policy.release_at(state, 0.005) == 0.005
+        assert policy.reason == "waited"
+
+    def test_items_that_waited_through_a_batch_wait_for_its_callers_while_merging_pays(
+        self,
+    ) -> None:
+        policy, state = self.waited(turnaround_s=0.0005)
+        saved = policy.cost.predict(24) + policy.cost.predict(40) - policy.cost.predict(64)
+        assert policy.release_at(state, 0.005) == pytest.approx(0.005 + saved)
+        assert policy.reason == "merge"
+        for i in range(39):
+            state.arrived(0.0051 + 1e-5 * i, 1)
+        assert policy.release_at(state, 0.0055) == pytest.approx(0.005 + saved)
+        state.arrived(0.0056, 1)  # the last one is back
+        assert policy.release_at(state, 0.0056) == 0.0056
+        assert policy.reason == "full" and state.size == 64
+
     def test_zero_latency_bound_means_no_waiting(self) -> None:
         policy = self.make(latency_s=0.0)
         state = queue(0.0, [0.0])
