@@ -39,8 +39,8 @@ import argparse
 import json
 import shutil
 import statistics
-import time
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from typing import Any

@@ -272,11 +272,11 @@ class AdaptivePolicy:
     that batch's callers pays: those come back within the turnaround, and one batch
     instead of two saves ``cost(queued) + cost(theirs) - cost(both)`` of model time.
     So they are held while the turnaround is shorter than that saving, for at most
-    the saving (past it, waiting costs more than it saves). Otherwise, with a slot free, they go at once ("waited"); behind a
-    running batch, they are handed over only when it is predicted to have
-    ``handoff_share`` of its time left: handing them over sooner would not start
-    them sooner, it would only stop the batch from growing (and the items arriving
-    meanwhile would wait behind two batches).
+    the saving (past it, waiting costs more than it saves). Otherwise, with a slot
+    free, they go at once ("waited"); behind a running batch, they are handed over
+    only when it is predicted to have ``handoff_share`` of its time left: handing
+    them over sooner would not start them sooner, it would only stop the batch from
+    growing (and the items arriving meanwhile would wait behind two batches).
     """
 
     def __init__(
