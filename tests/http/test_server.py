@@ -7,6 +7,7 @@ Timeouts here are hang guards, never pass criteria.
 from __future__ import annotations
 
 import asyncio
+import re
 import os
 import signal
 import socket
@@ -79,6 +80,29 @@ def test_concurrent_clients_get_their_own_answers_from_a_service() -> None:
         replies = asyncio.run(_post_all(server.url, xs))
     assert [r.status_code for r in replies] == [200] * len(xs)
     assert [r.json()["y"] for r in replies] == [2 * x for x in xs]
+
+
+def test_requests_leave_no_reference_cycles_for_the_collector() -> None:
+    """A request's objects are freed by reference counting. A reference cycle per
+    request (there was one, between uvicorn's request cycle and our response writer)
+    left about ten objects each for the garbage collector: 20,000 here."""
+    with running("tests.http.models:service", "--log-level", "warning") as server:
+        before = _objects_collected(server.url)
+        replies = [
+            reply
+            for start in range(0, 2000, 200)
+            for reply in asyncio.run(_post_all(server.url, [start + x + 0.25 for x in range(200)]))
+        ]
+        after = _objects_collected(server.url)
+    assert [r.status_code for r in replies] == [200] * 2000
+    assert after - before < 500
+
+
+def _objects_collected(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=HANG_GUARD_S).text
+    samples = re.findall(r"^python_gc_objects_collected_total\{[^}]*\} (\S+)$", text, re.M)
+    assert len(samples) == 3  # one per generation
+    return sum(float(sample) for sample in samples)
 
 
 def test_a_batched_function_behind_a_bearer_token_from_the_environment() -> None:

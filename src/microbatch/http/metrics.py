@@ -9,7 +9,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -178,7 +178,9 @@ def _cumulative_counts(bounds: Sequence[float], counts: Sequence[int]) -> list[t
 
 
 class HttpMetrics:
-    """The app's registry: per-request counters and latencies, and the service's stats.
+    """The app's registry: per-request counters and latencies, the service's stats,
+    and the serving process's own (``process_*``: memory, CPU, open files;
+    ``python_gc_*``: the garbage collector's passes and what they found).
 
     Args:
         stats: Where the service's snapshot comes from at each scrape.
@@ -191,6 +193,8 @@ class HttpMetrics:
         self.requests = RequestCollector()
         self.registry.register(self.requests)
         self.registry.register(ServiceCollector(stats))
+        ProcessCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
         self.record = self.requests.record
 
     def render(self) -> bytes:
