@@ -7,8 +7,8 @@ Timeouts here are hang guards, never pass criteria.
 from __future__ import annotations
 
 import asyncio
-import re
 import os
+import re
 import signal
 import socket
 import subprocess
