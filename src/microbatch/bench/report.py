@@ -6,14 +6,11 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..plotting import PlotUnavailable, pyplot
 from .results import RunResult
 from .runner import BenchReport
 
 __all__ = ["PlotUnavailable", "plot", "to_json", "to_text"]
-
-
-class PlotUnavailable(Exception):
-    """matplotlib is not installed."""
 
 
 _COLUMNS = ("run", "requests", "req/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors", "cpu")
@@ -77,15 +74,7 @@ def plot(report: BenchReport, path: str | Path) -> None:
     Raises:
         PlotUnavailable: matplotlib is not installed.
     """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise PlotUnavailable(
-            "--plot needs matplotlib: pip install matplotlib (or microbatch[examples])"
-        ) from exc
+    plt = pyplot()
     groups = [
         (runs, xlabel, xs)
         for runs, xlabel, xs in (

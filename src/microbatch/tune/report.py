@@ -5,13 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..plotting import PlotUnavailable, pyplot
 from .advice import Advice, StageAdvice
 
 __all__ = ["PlotUnavailable", "plot", "to_json", "to_text"]
-
-
-class PlotUnavailable(Exception):
-    """matplotlib is not installed."""
 
 
 def to_text(advice: Advice, target: str = "") -> str:
@@ -111,15 +108,7 @@ def plot(advice: Advice, path: str | Path, target: str = "") -> None:
     Raises:
         PlotUnavailable: matplotlib is not installed.
     """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise PlotUnavailable(
-            "--plot needs matplotlib: pip install matplotlib (or microbatch[examples])"
-        ) from exc
+    plt = pyplot()
     rows = len(advice.stages)
     figure, axes = plt.subplots(rows, 2, figsize=(10, 3.2 * rows), squeeze=False)
     for (left, right), stage in zip(axes, advice.stages, strict=True):
