@@ -5,7 +5,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter, deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from types import MappingProxyType
 
 from .policy import QueueState
@@ -57,6 +57,18 @@ class BatcherStats:
     cancelled: int
     rejected: int
     failed: int
+
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        """Pickle ``batch_sizes`` (read-only, which pickle cannot copy) as a dict."""
+        values = [getattr(self, field.name) for field in fields(self)]
+        return _unpickle_stats, tuple(dict(v) if isinstance(v, Mapping) else v for v in values)
+
+
+def _unpickle_stats(*values: object) -> BatcherStats:
+    names = [field.name for field in fields(BatcherStats)]
+    kwargs = dict(zip(names, values, strict=True))
+    kwargs["batch_sizes"] = MappingProxyType(kwargs["batch_sizes"])  # type: ignore[arg-type]
+    return BatcherStats(**kwargs)  # type: ignore[arg-type]
 
 
 class StatsRecorder:

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 HANG_GUARD_S = 30.0
@@ -74,9 +75,17 @@ async def _post_all(url: str, xs: list[float]) -> list[httpx.Response]:
         return await asyncio.gather(*(client.post("/predict", json={"x": x}) for x in xs))
 
 
-def test_concurrent_clients_get_their_own_answers_from_a_service() -> None:
+WORKERS = pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "two-http-processes"])
+"""The tests marked so run against ``--workers 1`` (HTTP in the serving process) and
+``--workers 2`` (two HTTP processes relaying to the one Service)."""
+
+
+@WORKERS
+def test_concurrent_clients_get_their_own_answers_from_a_service(workers: str) -> None:
     xs = [x + 0.25 for x in range(200)]
-    with running("tests.http.models:service", "--log-level", "warning") as server:
+    with running(
+        "tests.http.models:service", "--log-level", "warning", "--workers", workers
+    ) as server:
         replies = asyncio.run(_post_all(server.url, xs))
     assert [r.status_code for r in replies] == [200] * len(xs)
     assert [r.json()["y"] for r in replies] == [2 * x for x in xs]
@@ -105,10 +114,11 @@ def _objects_collected(url: str) -> float:
     return sum(float(sample) for sample in samples)
 
 
-def test_a_batched_function_behind_a_bearer_token_from_the_environment() -> None:
+@WORKERS
+def test_a_batched_function_behind_a_bearer_token_from_the_environment(workers: str) -> None:
     env = {"MICROBATCH_AUTH_TOKEN": "from-env"}
     with (
-        running("tests.http.models:double", env=env) as server,
+        running("tests.http.models:double", "--workers", workers, env=env) as server,
         httpx.Client(base_url=server.url) as client,
     ):
         refused = client.post("/predict", json={"x": 1})
@@ -119,9 +129,10 @@ def test_a_batched_function_behind_a_bearer_token_from_the_environment() -> None
     assert allowed.json() == {"y": 2.0}
 
 
-def test_a_20_mib_body_gets_413_without_being_sent() -> None:
+@WORKERS
+def test_a_20_mib_body_gets_413_without_being_sent(workers: str) -> None:
     with (
-        running("tests.http.models:double") as server,
+        running("tests.http.models:double", "--workers", workers) as server,
         socket.create_connection(server.address, timeout=HANG_GUARD_S) as conn,
     ):
         conn.sendall(
@@ -132,10 +143,13 @@ def test_a_20_mib_body_gets_413_without_being_sent() -> None:
     assert reply.startswith(b"HTTP/1.1 413 ")
 
 
-def test_a_slow_header_client_does_not_stall_others_and_is_cut_off() -> None:
+@WORKERS
+def test_a_slow_header_client_does_not_stall_others_and_is_cut_off(workers: str) -> None:
     xs = [x + 0.5 for x in range(20)]
     with (
-        running("tests.http.models:double", "--header-timeout-s", "1") as server,
+        running(
+            "tests.http.models:double", "--header-timeout-s", "1", "--workers", workers
+        ) as server,
         socket.create_connection(server.address, timeout=HANG_GUARD_S) as slow,
     ):
         slow.sendall(b"POST /predict HTTP/1.1\r\nhost: test\r\n")  # and no more
@@ -162,8 +176,9 @@ def test_a_slow_body_gets_408_and_others_are_served() -> None:
     assert cut_off.startswith(b"HTTP/1.1 408 ")
 
 
-def test_a_client_that_disconnects_while_queued_is_never_computed() -> None:
-    with running("tests.http.models:double") as server:
+@WORKERS
+def test_a_client_that_disconnects_while_queued_is_never_computed(workers: str) -> None:
+    with running("tests.http.models:double", "--workers", workers) as server:
 
         async def hold_the_slot_then_leave() -> httpx.Response:
             async with httpx.AsyncClient(base_url=server.url, timeout=HANG_GUARD_S) as client:
@@ -181,15 +196,34 @@ def test_a_client_that_disconnects_while_queued_is_never_computed() -> None:
                 return await busy
 
         held = asyncio.run(hold_the_slot_then_leave())
-        metrics = httpx.get(server.url + "/metrics").text
-    assert held.json() == {"y": 14.0}
-    assert 'microbatch_items_dropped_total{reason="cancelled",stage="double"} 1.0' in metrics
-    assert 'microbatch_http_requests_total{route="/predict",status="499"} 1.0' in metrics
+        assert held.json() == {"y": 14.0}
+        # With several HTTP processes, each scrape may see the others' counts up to
+        # half a second late: wait for them (bounded).
+        _until_metrics(
+            server.url,
+            'microbatch_items_dropped_total{reason="cancelled",stage="double"} 1.0',
+            'microbatch_http_requests_total{route="/predict",status="499"} 1.0',
+        )
 
 
-def test_sigterm_under_load_answers_every_accepted_request_and_exits_0() -> None:
+def _until_metrics(url: str, *lines: str) -> str:
+    """Scrape /metrics until it has every line (bounded by the hang guard)."""
+    give_up = time.monotonic() + HANG_GUARD_S
+    while True:
+        text = httpx.get(url + "/metrics", timeout=HANG_GUARD_S).text
+        missing = [line for line in lines if line not in text]
+        if not missing:
+            return text
+        assert time.monotonic() < give_up, f"never scraped {missing}"
+        time.sleep(0.05)
+
+
+@WORKERS
+def test_sigterm_under_load_answers_every_accepted_request_and_exits_0(workers: str) -> None:
     xs = [float(x) for x in range(40)]
-    with running("tests.http.models:slow_service", "--log-level", "warning") as server:
+    with running(
+        "tests.http.models:slow_service", "--log-level", "warning", "--workers", workers
+    ) as server:
 
         async def load_then_terminate() -> tuple[list[httpx.Response], int | None]:
             async with httpx.AsyncClient(base_url=server.url, timeout=HANG_GUARD_S) as client:

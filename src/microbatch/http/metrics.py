@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector, generate_latest
 from prometheus_client.core import (
@@ -22,7 +23,13 @@ from prometheus_client.registry import Collector
 from ..pipeline.service import ServiceStats
 from ..stats import QUEUE_WAIT_BUCKETS_S
 
-__all__ = ["BATCH_SIZE_BUCKETS", "HttpMetrics", "RequestCollector", "ServiceCollector"]
+__all__ = [
+    "BATCH_SIZE_BUCKETS",
+    "HttpMetrics",
+    "RequestCollector",
+    "RequestCounts",
+    "ServiceCollector",
+]
 
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 """Upper bounds of the batch-size histogram (batch units)."""
@@ -108,17 +115,46 @@ def _cumulative(batch_sizes: Mapping[int, int]) -> tuple[list[tuple[str, float]]
     return buckets, float(sum(size * count for size, count in pairs))
 
 
+@dataclass
+class RequestCounts:
+    """Request counts by route and status, and latency histograms by route, as plain
+    data: what one process has served, to be sent to another and added up.
+
+    Attributes:
+        statuses: Requests by ``(route, status)``.
+        latencies: Per route: the count in each latency bucket (the last: above every
+            bound) and the sum of latencies in seconds.
+    """
+
+    statuses: dict[tuple[str, int], int] = field(default_factory=dict)
+    latencies: dict[str, tuple[list[int], float]] = field(default_factory=dict)
+
+    def add(self, other: RequestCounts) -> None:
+        """Add ``other``'s counts to these."""
+        for key, count in other.statuses.items():
+            self.statuses[key] = self.statuses.get(key, 0) + count
+        for route, (counts, total) in other.latencies.items():
+            mine = self.latencies.get(route)
+            if mine is None:
+                self.latencies[route] = (list(counts), total)
+            else:
+                summed = [a + b for a, b in zip(mine[0], counts, strict=True)]
+                self.latencies[route] = (summed, mine[1] + total)
+
+
 class RequestCollector(Collector):
     """Counts finished requests by route and status, and their latencies by route.
 
     Recording is a dict update and a bisection, with no lock (the event loop records
     from one thread): cheap enough for every request. Prometheus families are built
-    only when it scrapes.
+    only when it scrapes. Under ``serve --workers N`` each HTTP process records its
+    own requests and learns the others' as :attr:`others`; a scrape shows the sum.
     """
 
     def __init__(self) -> None:
         self._counts: dict[tuple[str, int], int] = {}
         self._latencies: dict[str, _Histogram] = {}
+        self.others = RequestCounts()
 
     def record(self, route: str, status: int, seconds: float) -> None:
         """Count one finished request and its latency."""
@@ -129,22 +165,32 @@ class RequestCollector(Collector):
             histogram = self._latencies[route] = _Histogram(_LATENCY_BUCKETS_S)
         histogram.observe(seconds)
 
+    def snapshot(self) -> RequestCounts:
+        """What this process has recorded so far (a copy)."""
+        return RequestCounts(
+            dict(self._counts),
+            {route: (list(h.counts), h.total) for route, h in self._latencies.items()},
+        )
+
     def collect(self) -> Iterator[Metric]:
         """Yield the request counter and the latency histogram."""
+        counts = self.snapshot()
+        counts.add(self.others)
         requests = CounterMetricFamily(
             "microbatch_http_requests",
             "HTTP requests by route and status",
             labels=["route", "status"],
         )
-        for (route, status), count in sorted(self._counts.items()):
+        for (route, status), count in sorted(counts.statuses.items()):
             requests.add_metric([route, str(status)], count)
         latency = HistogramMetricFamily(
             "microbatch_http_request_duration_seconds",
             "Time from request start to response, by route",
             labels=["route"],
         )
-        for route, histogram in sorted(self._latencies.items()):
-            latency.add_metric([route], histogram.cumulative(), sum_value=histogram.total)
+        for route, (buckets, total) in sorted(counts.latencies.items()):
+            cumulative = _cumulative_counts(_LATENCY_BUCKETS_S, buckets)
+            latency.add_metric([route], cumulative, sum_value=total)
         yield requests
         yield latency
 
@@ -162,9 +208,6 @@ class _Histogram:
     def observe(self, value: float) -> None:
         self.counts[bisect_left(self.bounds, value)] += 1
         self.total += value
-
-    def cumulative(self) -> list[tuple[str, float]]:
-        return _cumulative_counts(self.bounds, self.counts)
 
 
 def _cumulative_counts(bounds: Sequence[float], counts: Sequence[int]) -> list[tuple[str, float]]:

@@ -246,7 +246,7 @@ class _OneWriteResponses:
 class _Server(uvicorn.Server):
     """uvicorn's server: signals begin draining, the bound URL is printed when ready."""
 
-    def __init__(self, config: uvicorn.Config, app: HttpApp, url: str) -> None:
+    def __init__(self, config: uvicorn.Config, app: HttpApp, url: str | None) -> None:
         super().__init__(config)
         self.app = app
         self.url = url
@@ -276,7 +276,8 @@ class _Server(uvicorn.Server):
         await super().startup(sockets)
         if self.started:
             quiet_garbage_collector()
-            print(f"microbatch serving on {self.url}", flush=True)
+            if self.url is not None:
+                print(f"microbatch serving on {self.url}", flush=True)
 
 
 # The collector's youngest generation is collected after this many more container
@@ -300,15 +301,22 @@ def quiet_garbage_collector() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, middle, oldest)
 
 
-def serve(app: HttpApp, settings: ServeSettings) -> int:
+def serve(
+    app: HttpApp, settings: ServeSettings, sock: socket.socket | None = None, announce: bool = True
+) -> int:
     """Serve ``app`` until SIGTERM or SIGINT; return the exit status (0 after a drain).
+
+    Args:
+        app: The app.
+        settings: Where to listen and how to shut down.
+        sock: A bound socket to serve on instead of binding ``settings``' address.
+        announce: Print ``microbatch serving on URL`` once ready.
 
     Raises:
         OSError: The address cannot be bound.
     """
-    sock = _bind(settings.host, settings.port)
-    bound_port = sock.getsockname()[1]
-    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    if sock is None:
+        sock = bind(settings.host, settings.port)
     protocol = type(
         "ConfiguredHeaderGuardedProtocol",
         (HeaderGuardedProtocol,),
@@ -331,13 +339,20 @@ def serve(app: HttpApp, settings: ServeSettings) -> int:
         proxy_headers=False,  # bound to loopback by default: no proxy to trust
         server_header=False,
     )
-    server = _Server(config, app, f"http://{host}:{bound_port}")
+    server = _Server(config, app, listen_url(settings.host, sock) if announce else None)
     with sock:
         server.run(sockets=[sock])
     return 0
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def listen_url(host: str, sock: socket.socket) -> str:
+    """The URL a socket bound for ``host`` serves on (its real port, if 0 was asked)."""
+    port = sock.getsockname()[1]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (0: a free port), not yet listening."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -355,6 +370,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", metavar="MODULE:ATTR", help="a Service or @batch function")
     parser.add_argument("--host", default=defaults.host, help="address to bind (127.0.0.1)")
     parser.add_argument("--port", type=int, default=defaults.port, help="0 picks a free port")
+    parser.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        help="HTTP processes in front of the one Service (default 1: HTTP in this process)",
+    )
     parser.add_argument(
         "--auth-token",
         default=None,
@@ -423,7 +444,18 @@ def run_serve(args: argparse.Namespace) -> int:
         header_timeout_s=args.header_timeout_s,
         log_level=args.log_level,
     )
+    if args.workers > 1:
+        from .workers import serve_workers  # it imports this module: not at the top
+
+        return serve_workers(args.target, served, app.config, settings, args.workers)
     return serve(app, settings)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return value
 
 
 def _is_loopback(host: str) -> bool:

@@ -1,0 +1,193 @@
+"""The hub of ``microbatch serve --workers N``: one Service, fed by N HTTP processes.
+
+Each front process parses, validates and encodes HTTP on a core of its own and
+relays the decoded items here over a :class:`~.channel.Channel`; the hub submits
+them to the one Service, so the items of every front share the same batches and
+the same model workers. Each outcome goes back to the front that asked.
+
+The messages (tuples; the first element is the kind):
+
+front to hub
+    ``(HELLO,)`` once the front has connected; ``(SUBMIT, id, item, deadline)``
+    (the item pickled on its own, the deadline in ``time.monotonic()`` time, which
+    every process of the machine shares);
+    ``(CANCEL, id)`` when the caller went away; ``(COUNTS, RequestCounts)`` now and
+    then: the requests the front has served, for everybody's ``/metrics``.
+hub to front
+    ``(RESULT, id, outcome)``: a pickle of ``(True, result)`` or ``(False, error)``
+    (see :func:`pack_outcome`); ``(STATE, ready, ServiceStats, others)``
+    on connecting and every :data:`STATE_INTERVAL_S`: readiness, the service's
+    stats and the request counts of the other fronts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import socket
+from functools import partial
+from typing import Any
+
+from ..errors import MicrobatchError, RemoteError
+from .channel import Channel, Message
+from .metrics import RequestCounts
+from .target import Target
+
+__all__ = [
+    "CANCEL",
+    "COUNTS",
+    "HELLO",
+    "RESULT",
+    "STATE",
+    "STATE_INTERVAL_S",
+    "SUBMIT",
+    "Hub",
+    "pack_outcome",
+    "unpack_outcome",
+]
+
+HELLO = "hello"
+SUBMIT = "submit"
+CANCEL = "cancel"
+COUNTS = "counts"
+RESULT = "result"
+STATE = "state"
+
+STATE_INTERVAL_S = 0.5
+"""How often the hub tells every front its readiness and stats (and how often the
+fronts report their request counts): how stale a probe or a scrape may be."""
+
+
+class Hub:
+    """Runs the items of every connected front through one :class:`Target`.
+
+    Args:
+        target: The started Service (or batched function) to feed.
+    """
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.serving = False  # every front is up
+        self.draining = False
+        self._links: dict[int, _FrontLink] = {}
+        self._retired = RequestCounts()  # the counts of fronts that are gone
+        self._timer: asyncio.TimerHandle | None = None
+
+    async def connect(self, index: int, sock: socket.socket) -> asyncio.Future[None]:
+        """Serve front ``index`` on ``sock`` (the hub's end of its socket pair); the
+        future returned is done when the front has said hello."""
+        loop = asyncio.get_running_loop()
+        link = _FrontLink(self, index)
+        self._links[index] = link
+        await loop.connect_accepted_socket(lambda: link.channel, sock)
+        link.channel.post(self._state_for(index))
+        if self._timer is None:
+            self._timer = loop.call_later(STATE_INTERVAL_S, self._tell_state)
+        return link.hello
+
+    def lost(self, link: _FrontLink) -> None:
+        """A front is gone: cancel its items, keep its counts."""
+        if self._links.get(link.index) is link:
+            del self._links[link.index]
+            link.drop()
+            self._retired.add(link.counts)
+
+    def close(self) -> None:
+        """Stop telling fronts the state; close every link."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for link in list(self._links.values()):
+            link.channel.close()
+            self.lost(link)
+
+    def _tell_state(self) -> None:
+        for index, link in self._links.items():
+            link.channel.post(self._state_for(index))
+        self._timer = asyncio.get_running_loop().call_later(STATE_INTERVAL_S, self._tell_state)
+
+    def _state_for(self, index: int) -> Message:
+        others = RequestCounts()
+        others.add(self._retired)
+        for peer, link in self._links.items():
+            if peer != index:
+                others.add(link.counts)
+        ready = self.target.ready and not self.draining
+        return (STATE, ready, self.target.stats(), others)
+
+
+class _FrontLink:
+    """The hub's side of one front: its items in flight and its request counts."""
+
+    def __init__(self, hub: Hub, index: int) -> None:
+        self.hub = hub
+        self.index = index
+        self.channel = Channel(self._on_message, partial(hub.lost, self))
+        self.tasks: dict[int, asyncio.Task[Any]] = {}
+        self.counts = RequestCounts()
+        self.hello: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def drop(self) -> None:
+        """The front is gone: nobody waits for its items."""
+        tasks, self.tasks = self.tasks, {}
+        for task in tasks.values():
+            task.cancel()
+        if not self.hello.done():
+            self.hello.set_exception(ConnectionError(f"front {self.index} went away"))
+
+    def _on_message(self, message: Message) -> None:
+        kind = message[0]
+        if kind == SUBMIT:
+            _, request_id, packed, deadline = message
+            try:
+                item = pickle.loads(packed)
+            except Exception as error:
+                self.channel.post((RESULT, request_id, pack_outcome(False, error)))
+                return
+            task = asyncio.get_running_loop().create_task(
+                self.hub.target.submit(item, deadline=deadline)
+            )
+            self.tasks[request_id] = task
+            task.add_done_callback(partial(self._finished, request_id))
+        elif kind == CANCEL:
+            cancelled = self.tasks.get(message[1])
+            if cancelled is not None:
+                cancelled.cancel()
+        elif kind == COUNTS:
+            self.counts = message[1]
+        elif kind == HELLO and not self.hello.done():
+            self.hello.set_result(None)
+
+    def _finished(self, request_id: int, task: asyncio.Task[Any]) -> None:
+        if self.tasks.pop(request_id, None) is None or task.cancelled():
+            return  # the front asked to cancel it, or is gone
+        error = task.exception()
+        outcome = pack_outcome(True, task.result()) if error is None else pack_outcome(False, error)
+        self.channel.post((RESULT, request_id, outcome))
+
+
+def pack_outcome(ok: bool, value: Any) -> bytes:
+    """A result, or an error, as bytes to send.
+
+    microbatch's own errors cross as they are; any other error becomes a
+    :class:`RemoteError` (its class may not unpickle, or not be importable, on the
+    other side). A result that cannot be pickled becomes an error of its own item.
+    """
+    if not ok and not isinstance(value, MicrobatchError):
+        value = RemoteError.from_exception(value)
+    try:
+        return pickle.dumps((ok, value), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as error:
+        failure = RemoteError(type(error).__name__, f"the result cannot be pickled: {error}", "")
+        return pickle.dumps((False, failure), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def unpack_outcome(packed: bytes) -> Any:
+    """The result :func:`pack_outcome` packed; its error raised."""
+    try:
+        ok, value = pickle.loads(packed)
+    except Exception as error:
+        raise RemoteError(type(error).__name__, f"the result cannot be read: {error}", "") from None
+    if not ok:
+        raise value
+    return value

@@ -1,0 +1,226 @@
+"""``microbatch serve --workers N``: N HTTP processes in front of one Service.
+
+One process speaks HTTP on one core at most; past a few thousand requests a second
+its event loop, not the model, is the limit. With ``--workers N`` the process you
+start becomes the hub: it binds the socket, starts the Service (its batchers and
+model workers), then starts N front processes. Each front accepts connections on
+the shared socket, parses, validates and encodes HTTP, and relays the decoded items
+to the hub, which batches the items of every front together (see :mod:`.hub`). The
+model is loaded once, in the Service's workers, however many fronts there are.
+
+A front that dies is started again; the items it had relayed are cancelled (their
+connections died with it). SIGTERM or SIGINT: every front turns readiness to 503,
+stops accepting and finishes the requests it has; then the Service drains and the
+hub exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import time
+from multiprocessing.process import BaseProcess
+
+import uvloop
+
+from ..loading import load_target
+from .app import HttpApp, HttpConfig
+from .front import RelayTarget
+from .hub import Hub
+from .server import ServeSettings, bind, listen_url, quiet_garbage_collector, serve
+from .target import Target, as_target
+
+__all__ = ["run_front", "serve_workers"]
+
+logger = logging.getLogger("microbatch.http")
+
+_SPAWN = multiprocessing.get_context("spawn")
+_LISTEN_BACKLOG = 2048
+_STEADY_S = 10.0  # a front that lived this long starts again without a pause
+_MAX_PAUSE_S = 30.0
+
+
+def serve_workers(
+    spec: str, served: object, config: HttpConfig, settings: ServeSettings, workers: int
+) -> int:
+    """Serve ``served`` (loaded from ``spec``) with ``workers`` front processes until
+    SIGTERM or SIGINT; return the exit status (0 after a drain, 1 if it cannot start).
+
+    Raises:
+        OSError: The address cannot be bound.
+    """
+    sock = bind(settings.host, settings.port)
+    sock.listen(_LISTEN_BACKLOG)
+    with sock:
+        hub = _HubProcess(spec, as_target(served), config, settings, workers, sock)
+        return uvloop.run(hub.run())
+
+
+def run_front(
+    spec: str,
+    config: HttpConfig,
+    settings: ServeSettings,
+    listener: socket.socket,
+    relay: socket.socket,
+) -> None:
+    """A front process: serve HTTP on ``listener``, relaying items to the hub on
+    ``relay``. The module is imported here too, for the served model's types."""
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    local = as_target(load_target(spec))
+    target = RelayTarget(
+        local.name, local.input_type, local.output_type, relay, on_hub_lost=_terminate_self
+    )
+    app = HttpApp(target, config)
+    target.requests = app.metrics.requests
+    serve(app, settings, sock=listener, announce=False)
+
+
+def _terminate_self() -> None:
+    """The hub is gone: drain (every waiting request has its 503) and exit."""
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+class _HubProcess:
+    """The process ``microbatch serve --workers N`` started: the Service and the fronts."""
+
+    def __init__(
+        self,
+        spec: str,
+        target: Target,
+        config: HttpConfig,
+        settings: ServeSettings,
+        count: int,
+        listener: socket.socket,
+    ) -> None:
+        self.spec = spec
+        self.target = target
+        self.config = config
+        self.settings = settings
+        self.count = count
+        self.listener = listener
+        self.hub = Hub(target)
+        self._processes: dict[int, BaseProcess] = {}
+        self._exits: dict[int, asyncio.Future[None]] = {}
+        self._pauses = [0.0] * count
+        self._stopping = False
+
+    async def run(self) -> int:
+        """Start, serve until a signal, drain; the exit status."""
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        starting = asyncio.current_task()
+
+        def on_signal() -> None:
+            stop.set()
+            if starting is not None and not self.hub.serving:
+                starting.cancel()  # a signal while starting: give up the start
+
+        for number in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(number, on_signal)
+        try:
+            status = await self._start_all()
+        except asyncio.CancelledError:
+            status = 0
+        if status is not None:
+            await self._stop_fronts()
+            await self.target.close()
+            return status
+        self.hub.serving = True
+        quiet_garbage_collector()
+        print(f"microbatch serving on {listen_url(self.settings.host, self.listener)}", flush=True)
+        await stop.wait()
+        self.hub.draining = True
+        await self._stop_fronts()
+        self.hub.close()
+        await self.target.close()
+        return 0
+
+    async def _start_all(self) -> int | None:
+        """Start the service, then every front; an exit status if that failed."""
+        try:
+            await self.target.start()
+        except Exception:
+            logger.exception("the service failed to start")
+            return 1
+        try:
+            await asyncio.gather(*(self._start(index) for index in range(self.count)))
+        except Exception as error:
+            logger.error("an HTTP process failed to start: %s", error)
+            return 1
+        return None
+
+    async def _start(self, index: int) -> None:
+        """Start front ``index``; return once it is connected."""
+        ours, theirs = socket.socketpair()
+        process = _SPAWN.Process(
+            target=run_front,
+            args=(self.spec, self.config, self.settings, self.listener, theirs),
+            name=f"microbatch-http-{index}",
+            daemon=True,
+        )
+        process.start()
+        theirs.close()
+        logger.info("HTTP process %d started (pid %s)", index, process.pid)
+        loop = asyncio.get_running_loop()
+        self._processes[index] = process
+        self._exits[index] = exited = loop.create_future()
+        started = time.monotonic()
+        loop.add_reader(process.sentinel, self._on_exit, index, process, started, exited)
+        hello = await self.hub.connect(index, ours)
+        await hello
+
+    def _on_exit(
+        self, index: int, process: BaseProcess, started: float, exited: asyncio.Future[None]
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(process.sentinel)
+        process.join()
+        if not exited.done():
+            exited.set_result(None)
+        if self._stopping:
+            return
+        lived = time.monotonic() - started
+        pause = 0.0 if lived >= _STEADY_S else min(_MAX_PAUSE_S, max(0.5, 2 * self._pauses[index]))
+        self._pauses[index] = pause
+        logger.error(
+            "HTTP process %d exited with code %s; starting it again in %.1f s",
+            index,
+            process.exitcode,
+            pause,
+        )
+        loop.call_later(pause, self._restart, index)
+
+    def _restart(self, index: int) -> None:
+        if self._stopping:
+            return
+
+        async def start() -> None:
+            try:
+                await self._start(index)
+            except Exception as error:  # it died again while starting: _on_exit retries
+                logger.error("HTTP process %d failed to start: %s", index, error)
+
+        asyncio.get_running_loop().create_task(start())
+
+    async def _stop_fronts(self) -> None:
+        """Each front drains (SIGTERM: it finishes its requests); then, past the grace
+        period, it is killed."""
+        self._stopping = True
+        for process in self._processes.values():
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signal.SIGTERM)
+        waiting = [exit for exit in self._exits.values() if not exit.done()]
+        if not waiting:
+            return
+        _, late = await asyncio.wait(waiting, timeout=self.settings.graceful_timeout_s + 5)
+        for process in self._processes.values():
+            if process.is_alive():
+                process.kill()
+        if late:
+            await asyncio.wait(late, timeout=5)
