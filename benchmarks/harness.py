@@ -68,6 +68,9 @@ class Contender:
         health_path: What answers 200 once it is ready.
         settings: What it got, for the report.
         first: Installed before ``packages``, in a pip run of their own (a pinned torch).
+        options: More arguments for ``microbatch serve`` (e.g. ``--workers 2``).
+        venv_name: The virtualenv to use, if not the one named after it (variants of
+            one framework share one).
     """
 
     name: str
@@ -78,11 +81,13 @@ class Contender:
     health_path: str
     settings: str
     first: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()
+    venv_name: str | None = None
 
     @property
     def venv(self) -> Path:
         """Its virtualenv."""
-        return VENVS / self.name
+        return VENVS / (self.venv_name or self.name)
 
     @property
     def python(self) -> Path:
@@ -100,6 +105,7 @@ class Contender:
                 "127.0.0.1",
                 "--port",
                 "0",
+                *self.options,
             ]
         script = str(SERVERS / self.server)
         if self.framework == "mosec":

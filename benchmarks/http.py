@@ -81,6 +81,18 @@ CONTENDERS = {
             "max_latency_ms=10), adaptive policy",
         ),
         Contender(
+            name="microbatch-2http",
+            framework="microbatch",
+            server="microbatch_server:service",
+            packages=("-e", f"{ROOT}[http]", "numpy"),
+            predict_path="/predict",
+            health_path="/health/ready",
+            settings="as microbatch, with `serve --workers 2`: two HTTP processes in front "
+            "of the one Service (still 1 model worker)",
+            options=("--workers", "2"),
+            venv_name="microbatch",
+        ),
+        Contender(
             name="mosec",
             framework="mosec",
             server="mosec_server.py",
@@ -282,19 +294,21 @@ def added_latency(results: dict[str, Any], bare: dict[str, float]) -> dict[str, 
 
 
 def ratios(results: dict[str, Any]) -> dict[str, Any]:
-    """microbatch / peer req/s, per workload and level (when microbatch ran)."""
+    """microbatch / peer req/s, per workload and level, for each microbatch variant
+    that ran (keys: ``peer`` for plain microbatch, ``variant / peer`` for others)."""
     out: dict[str, Any] = {}
     for workload, by_contender in results.items():
-        mine = by_contender.get("microbatch")
-        if not mine or "levels" not in mine:
-            continue
-        for peer, data in by_contender.items():
-            if peer == "microbatch" or "levels" not in data:
+        for variant, mine in by_contender.items():
+            if not variant.startswith("microbatch") or "levels" not in mine:
                 continue
-            out.setdefault(workload, {})[peer] = {
-                str(a["connections"]): a["req_per_s"] / b["req_per_s"]
-                for a, b in zip(mine["levels"], data["levels"], strict=True)
-            }
+            for peer, data in by_contender.items():
+                if peer.startswith("microbatch") or "levels" not in data:
+                    continue
+                key = peer if variant == "microbatch" else f"{variant} / {peer}"
+                out.setdefault(workload, {})[key] = {
+                    str(a["connections"]): a["req_per_s"] / b["req_per_s"]
+                    for a, b in zip(mine["levels"], data["levels"], strict=True)
+                }
     return out
 
 
@@ -339,9 +353,10 @@ def markdown(report: dict[str, Any]) -> str:
                 "that): " + ", ".join(f"{name} {ms:.2f} ms" for name, ms in added.items()),
                 "",
             ]
-        for peer, by_level in report["ratios"].get(workload, {}).items():
+        for key, by_level in report["ratios"].get(workload, {}).items():
             text = ", ".join(f"{c}: {r:.2f}" for c, r in by_level.items())
-            lines.append(f"- microbatch / {peer} (req/s): {text}")
+            pair = key if " / " in key else f"microbatch / {key}"
+            lines.append(f"- {pair} (req/s): {text}")
         lines.append("")
     lines += ["## What each contender got", ""]
     for name, info in report["contenders"].items():
@@ -421,7 +436,9 @@ def main() -> None:
         for workload in args.workloads:
             results[workload] = {}
             for contender in contenders:
-                if contender.name == "microbatch" and not microbatch_serve_available(contender):
+                if contender.framework == "microbatch" and not microbatch_serve_available(
+                    contender
+                ):
                     print("[microbatch] `microbatch serve` is not in this checkout: skipped")
                     results[workload][contender.name] = {"skipped": "no `microbatch serve` yet"}
                     continue
