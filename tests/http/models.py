@@ -107,3 +107,26 @@ class NoWeights(Model):
 
 
 broken_service = Service(Stage(NoWeights, setup_attempts=1))
+
+
+class Described(msgspec.Struct):
+    text: str
+
+
+class Describe(Model):
+    """``{"y": y}`` -> ``{"text": "y=..."}``: the second stage of :data:`two_stages`."""
+
+    def predict(self, batch: list[Doubled]) -> list[Described]:
+        return [Described(f"y={item.y:g}") for item in batch]
+
+
+def make_two_stages() -> Service:
+    """Two stages of distinct names: ``/predict`` runs both, ``/predict/Double`` and
+    ``/predict/Describe`` each alone (a new Service each time: one runs once)."""
+    return Service(
+        Stage(Double, mode="thread", batching=BatchConfig(max_batch_size=16, max_latency_ms=2)),
+        Stage(Describe, mode="thread"),
+    )
+
+
+two_stages = make_two_stages()

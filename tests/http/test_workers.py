@@ -260,10 +260,12 @@ def test_request_counts_add_up() -> None:
 # -- end to end --------------------------------------------------------------------
 
 
-def _start(*options: str) -> tuple[subprocess.Popen[str], str, Any]:
+def _start(
+    *options: str, target: str = "tests.http.models:service"
+) -> tuple[subprocess.Popen[str], str, Any]:
     """``microbatch serve --workers 2`` with its log in a file: (process, url, log)."""
     log = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed by _stop)
-    command = [sys.executable, "-m", "microbatch", "serve", "tests.http.models:service"]
+    command = [sys.executable, "-m", "microbatch", "serve", target]
     process = subprocess.Popen(
         [*command, "--port", "0", "--workers", "2", *options],
         cwd=ROOT,
@@ -343,6 +345,24 @@ def test_metrics_count_the_requests_of_every_http_process() -> None:
             'microbatch_http_requests_total{route="/predict",status="200"} 300.0',
             "microbatch_batch_size_count{stage=",
         )
+    finally:
+        _stop(process, log)
+
+
+def test_stage_routes_are_relayed_with_their_route() -> None:
+    process, url, log = _start(target="tests.http.models:two_stages")
+    try:
+        with httpx.Client(base_url=url, timeout=HANG_GUARD_S) as client:
+            whole = client.post("/predict", json={"x": 1.5})
+            first = client.post("/predict/Double", json={"x": 1.5})
+            second = client.post("/predict/Describe", json={"y": 4})
+            wrong = client.post("/predict/Describe", json={"x": 4})
+        assert (whole.json(), first.json(), second.json()) == (
+            {"text": "y=3"},
+            {"y": 3.0},
+            {"text": "y=4"},
+        )
+        assert wrong.status_code == 422
     finally:
         _stop(process, log)
 

@@ -74,6 +74,19 @@ async def test_three_stages_with_per_item_failures_short_circuit() -> None:
             assert result == x * x
 
 
+async def test_one_stage_alone_takes_that_stages_input_and_gives_its_output() -> None:
+    service = Service(Stage(AddOne, batching=batching()), Stage(Square, batching=batching()))
+    async with service:
+        whole, first, second = await asyncio.gather(
+            service.submit(2), service.submit(2, stage="AddOne"), service.submit(2, stage="Square")
+        )
+        with pytest.raises(KeyError, match="no stage named 'Cube'"):
+            await service.submit(2, stage="Cube")
+        counts = [stats.batching.items for stats in service.stats().stages]
+    assert (whole, first, second) == (9, 3, 4)
+    assert counts == [2, 2]  # each stage ran its own item and the pipeline's
+
+
 async def test_numpy_arrays_cross_bit_for_bit() -> None:
     rng = np.random.default_rng(3)
     arrays = [rng.standard_normal((64, 256), dtype=np.float32) for _ in range(20)]

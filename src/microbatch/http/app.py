@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -32,7 +33,7 @@ from .asgi import (
     header,
     send_response,
 )
-from .codecs import CODECS, JSON, Codec, codec_for_accept, codec_for_content_type
+from .codecs import CODECS, JSON, Codec, Decoder, codec_for_accept, codec_for_content_type
 from .metrics import HttpMetrics
 from .schema import docs_page, openapi_document
 from .status import (
@@ -116,10 +117,11 @@ class HttpApp:
             target.input_type,
             target.output_type,
             auth=self.config.auth_token is not None,
+            routes=target.routes,
         )
         self._openapi_body = msgspec.json.encode(self.openapi)
         self._docs_body = docs_page(self.openapi)
-        self._decoders = {codec.name: codec.make_decoder(target.input_type) for codec in CODECS}
+        self._decoders = _decoders(target.input_type)
         token = self.config.auth_token
         self._expected_authorization = None if token is None else b"Bearer " + token.encode()
         self._draining = False
@@ -131,6 +133,9 @@ class HttpApp:
             "/openapi.json": ("GET", self._openapi, True),
             "/docs": ("GET", self._docs, True),
         }
+        for route, (input_type, _) in target.routes.items():
+            handler = partial(self._predict, route=route, decoders=_decoders(input_type))
+            self._routes[f"/predict/{route}"] = ("POST", handler, True)
 
     @property
     def draining(self) -> bool:
@@ -193,14 +198,22 @@ class HttpApp:
 
     # -- routes ------------------------------------------------------------------
 
-    async def _predict(self, scope: Scope, receive: Receive, send: Send) -> int:
+    async def _predict(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        route: str | None = None,
+        decoders: dict[str, Decoder] | None = None,
+    ) -> int:
         if self._draining:
             raise NotReady("the server is shutting down")
         deadline = time.monotonic() + self._timeout_s(scope)
-        decode = self._decoders[codec_for_content_type(header(scope, b"content-type")).name]
+        content_type = codec_for_content_type(header(scope, b"content-type")).name
+        decode = (self._decoders if decoders is None else decoders)[content_type]
         encoder = codec_for_accept(header(scope, b"accept"))
         item = decode(await self._read_body(scope, receive))
-        result = await self._result(scope, item, deadline, receive)
+        result = await self._result(scope, item, deadline, receive, route)
         await send_response(send, 200, _encode(encoder, result), encoder.media_type)
         return 200
 
@@ -265,11 +278,13 @@ class HttpApp:
                 f"the body did not arrive within {self.config.body_timeout_s} s"
             ) from None
 
-    async def _result(self, scope: Scope, item: Any, deadline: float, receive: Receive) -> Any:
+    async def _result(
+        self, scope: Scope, item: Any, deadline: float, receive: Receive, route: str | None
+    ) -> Any:
         """Await the item's result; a client that disconnects first cancels it."""
         disconnect = extension(scope, DISCONNECT_EXTENSION)
         if disconnect is None:
-            return await self._watched_result(item, deadline, receive)
+            return await self._watched_result(item, deadline, receive, route)
         task = asyncio.current_task()
         assert task is not None
         waiting, gone = True, False
@@ -282,7 +297,7 @@ class HttpApp:
 
         disconnect["register"](cancel)
         try:
-            return await self.target.submit(item, deadline=deadline)
+            return await self.target.submit(item, deadline=deadline, route=route)
         except asyncio.CancelledError:
             if not gone:
                 raise
@@ -292,11 +307,13 @@ class HttpApp:
         finally:
             waiting = False
 
-    async def _watched_result(self, item: Any, deadline: float, receive: Receive) -> Any:
+    async def _watched_result(
+        self, item: Any, deadline: float, receive: Receive, route: str | None
+    ) -> Any:
         """:meth:`_result` under a server without the disconnect extension: a task
         watches ``receive()`` for the disconnect."""
         loop = asyncio.get_running_loop()
-        submitted = loop.create_task(self.target.submit(item, deadline=deadline))
+        submitted = loop.create_task(self.target.submit(item, deadline=deadline, route=route))
         watcher = loop.create_task(_cancel_on_disconnect(receive, submitted))
         try:
             return await submitted
@@ -367,6 +384,11 @@ async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any]) -> No
     """
     if (await receive())["type"] == "http.disconnect":
         task.cancel()
+
+
+def _decoders(item_type: Any) -> dict[str, Decoder]:
+    """A decoder (and validator) of ``item_type`` per codec name."""
+    return {codec.name: codec.make_decoder(item_type) for codec in CODECS}
 
 
 def _encode(codec: Codec, result: Any) -> bytes:

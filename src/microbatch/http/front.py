@@ -32,6 +32,7 @@ class RelayTarget:
         input_type: The type a request body decodes to.
         output_type: The type of a result.
         sock: This front's end of the socket pair the hub made.
+        routes: The served model's routes (see :attr:`.target.Target.routes`).
         on_hub_lost: Called if the hub goes away while this target is open (a front
             process shuts itself down then: nothing it takes could be answered).
     """
@@ -42,11 +43,13 @@ class RelayTarget:
         input_type: Any,
         output_type: Any,
         sock: socket.socket,
+        routes: dict[str, tuple[Any, Any]] | None = None,
         on_hub_lost: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
         self.input_type = input_type
         self.output_type = output_type
+        self.routes = dict(routes or {})
         self.requests: RequestCollector | None = None  # whose counts go to the hub
         self._sock = sock
         self._on_hub_lost = on_hub_lost
@@ -82,14 +85,15 @@ class RelayTarget:
             self._channel.post((COUNTS, self.requests.snapshot()))
         self._channel.close()
 
-    async def submit(self, item: Any, *, deadline: float | None) -> Any:
+    async def submit(self, item: Any, *, deadline: float | None, route: str | None = None) -> Any:
         """Send the item to the hub; return its result or raise its error."""
         if not self._channel.open:
             raise StageFailed("the serving process is gone")
         request_id = next(self._ids)
         answer = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = answer
-        self._channel.post((SUBMIT, request_id, pickle.dumps(item, protocol=5), deadline))
+        packed = pickle.dumps(item, protocol=5)
+        self._channel.post((SUBMIT, request_id, packed, deadline, route))
         try:
             packed = await answer
         except asyncio.CancelledError:

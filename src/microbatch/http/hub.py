@@ -8,9 +8,9 @@ the same model workers. Each outcome goes back to the front that asked.
 The messages (tuples; the first element is the kind):
 
 front to hub
-    ``(HELLO,)`` once the front has connected; ``(SUBMIT, id, item, deadline)``
-    (the item pickled on its own, the deadline in ``time.monotonic()`` time, which
-    every process of the machine shares);
+    ``(HELLO,)`` once the front has connected; ``(SUBMIT, id, item, deadline,
+    route)`` (the item pickled on its own; the deadline in ``time.monotonic()`` time,
+    which every process of the machine shares; the route or None);
     ``(CANCEL, id)`` when the caller went away; ``(COUNTS, RequestCounts)`` now and
     then: the requests the front has served, for everybody's ``/metrics``.
 hub to front
@@ -138,14 +138,14 @@ class _FrontLink:
     def _on_message(self, message: Message) -> None:
         kind = message[0]
         if kind == SUBMIT:
-            _, request_id, packed, deadline = message
+            _, request_id, packed, deadline, route = message
             try:
                 item = pickle.loads(packed)
             except Exception as error:
                 self.channel.post((RESULT, request_id, pack_outcome(False, error)))
                 return
             task = asyncio.get_running_loop().create_task(
-                self.hub.target.submit(item, deadline=deadline)
+                self.hub.target.submit(item, deadline=deadline, route=route)
             )
             self.tasks[request_id] = task
             task.add_done_callback(partial(self._finished, request_id))

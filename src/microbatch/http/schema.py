@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -19,7 +20,13 @@ _REF = "#/components/schemas/{name}"
 
 
 def openapi_document(
-    title: str, version: str, input_type: Any, output_type: Any, *, auth: bool
+    title: str,
+    version: str,
+    input_type: Any,
+    output_type: Any,
+    *,
+    auth: bool,
+    routes: Mapping[str, tuple[Any, Any]] | None = None,
 ) -> dict[str, Any]:
     """An OpenAPI 3.1 document for ``POST /predict`` and the operational routes.
 
@@ -29,7 +36,9 @@ def openapi_document(
         input_type: The type of one item (the request body).
         output_type: The type of one result (the response body).
         auth: Predict and the other non-probe routes need a bearer token.
+        routes: More entry points, ``POST /predict/{name}``: their item and result types.
     """
+    routes = dict(routes or {})
     pydantic_defs: dict[str, Any] = {}
 
     def schema_hook(kind: type) -> dict[str, Any]:
@@ -41,8 +50,11 @@ def openapi_document(
             return schema
         return _schema_hook(kind)
 
-    (item, result, error), components = msgspec.json.schema_components(
-        [input_type, output_type, ErrorBody], schema_hook=schema_hook, ref_template=_REF
+    route_types = [kind for pair in routes.values() for kind in pair]
+    (item, result, error, *route_schemas), components = msgspec.json.schema_components(
+        [input_type, output_type, ErrorBody, *route_types],
+        schema_hook=schema_hook,
+        ref_template=_REF,
     )
     components = {**pydantic_defs, **components}
 
@@ -53,36 +65,47 @@ def openapi_document(
         return {code: {"description": text, "content": content(error)} for code, text in statuses}
 
     security: list[dict[str, list[str]]] = [{"bearer": []}] if auth else []
-    predict = {
-        "summary": "One item in, its own result out",
-        "operationId": "predict",
-        "parameters": [
-            {
-                "name": "X-Request-Timeout-Ms",
-                "in": "header",
-                "required": False,
-                "description": "Lower the request's deadline (milliseconds)",
-                "schema": {"type": "number", "exclusiveMinimum": 0},
-            }
-        ],
-        "requestBody": {"required": True, "content": content(item)},
-        "responses": {
-            "200": {"description": "The item's result", "content": content(result)},
-            **errors(
-                ("400", "Malformed body or header"),
-                ("406", "Accept names neither JSON nor msgpack"),
-                ("408", "The body arrived too slowly"),
-                ("413", "The body is over the size limit"),
-                ("415", "Content-Type is neither JSON nor msgpack"),
-                ("422", "The body does not match the item type"),
-                ("500", "The model failed for this item"),
-                ("503", "Overloaded, not ready or shutting down; retry after Retry-After"),
-                ("504", "The request's deadline passed"),
-            ),
-            **(errors(("401", "Missing or wrong bearer token")) if auth else {}),
-        },
-        "security": security,
-    }
+
+    def operation(summary: str, operation_id: str, item: Any, result: Any) -> dict[str, Any]:
+        return {
+            "summary": summary,
+            "operationId": operation_id,
+            "parameters": [
+                {
+                    "name": "X-Request-Timeout-Ms",
+                    "in": "header",
+                    "required": False,
+                    "description": "Lower the request's deadline (milliseconds)",
+                    "schema": {"type": "number", "exclusiveMinimum": 0},
+                }
+            ],
+            "requestBody": {"required": True, "content": content(item)},
+            "responses": {
+                "200": {"description": "The item's result", "content": content(result)},
+                **errors(
+                    ("400", "Malformed body or header"),
+                    ("406", "Accept names neither JSON nor msgpack"),
+                    ("408", "The body arrived too slowly"),
+                    ("413", "The body is over the size limit"),
+                    ("415", "Content-Type is neither JSON nor msgpack"),
+                    ("422", "The body does not match the item type"),
+                    ("500", "The model failed for this item"),
+                    ("503", "Overloaded, not ready or shutting down; retry after Retry-After"),
+                    ("504", "The request's deadline passed"),
+                ),
+                **(errors(("401", "Missing or wrong bearer token")) if auth else {}),
+            },
+            "security": security,
+        }
+
+    predict = operation("One item in, its own result out", "predict", item, result)
+    paths: dict[str, Any] = {"/predict": {"post": predict}}
+    pairs = zip(routes, route_schemas[::2], route_schemas[1::2], strict=True)
+    for name, route_item, route_result in pairs:
+        summary = f"One item into {name} alone, its own result out"
+        paths[f"/predict/{name}"] = {
+            "post": operation(summary, f"predict_{name}", route_item, route_result)
+        }
     status = {
         "type": "object",
         "properties": {"status": {"type": "string"}},
@@ -94,7 +117,7 @@ def openapi_document(
         "openapi": "3.1.0",
         "info": {"title": title, "version": version},
         "paths": {
-            "/predict": {"post": predict},
+            **paths,
             "/health/live": {"get": {"summary": "The process is up", "responses": probe}},
             "/health/ready": {
                 "get": {

@@ -25,6 +25,9 @@ class Target(Protocol):
     name: str
     input_type: Any
     output_type: Any
+    routes: dict[str, tuple[Any, Any]]
+    """More entry points than the whole model, by name: their input and output types
+    (a Service of several stages: each stage alone). Served at ``/predict/{name}``."""
 
     @property
     def ready(self) -> bool:
@@ -36,21 +39,27 @@ class Target(Protocol):
     async def close(self) -> None:
         """Refuse new items, finish queued ones, stop workers."""
 
-    async def submit(self, item: Any, *, deadline: float | None) -> Any:
-        """One item in, its own result out (or its own error raised)."""
+    async def submit(self, item: Any, *, deadline: float | None, route: str | None = None) -> Any:
+        """One item in (to the whole model, or to one of :attr:`routes`), its own
+        result out (or its own error raised)."""
 
     def stats(self) -> ServiceStats:
         """A snapshot of every stage's counters."""
 
 
 class ServiceTarget:
-    """A :class:`~microbatch.Service`: types from its first and last stages' ``predict``."""
+    """A :class:`~microbatch.Service`: types from its first and last stages' ``predict``;
+    with several stages (of distinct names), each stage alone is a route too."""
 
     def __init__(self, service: Service) -> None:
         self.service = service
-        self.name = service.stages[-1].name
-        self.input_type = item_types(service.stages[0].model.predict)[0]
-        self.output_type = item_types(service.stages[-1].model.predict)[1]
+        stages = service.stages
+        self.name = stages[-1].name
+        self.input_type = item_types(stages[0].model.predict)[0]
+        self.output_type = item_types(stages[-1].model.predict)[1]
+        names = [stage.name for stage in stages]
+        several = len(stages) > 1 and len(set(names)) == len(names)
+        self.routes = {s.name: item_types(s.model.predict) for s in stages} if several else {}
 
     @property
     def ready(self) -> bool:
@@ -65,9 +74,9 @@ class ServiceTarget:
         """See :meth:`Service.close`."""
         await self.service.close()
 
-    async def submit(self, item: Any, *, deadline: float | None) -> Any:
-        """See :meth:`Service.submit`."""
-        return await self.service.submit(item, deadline=deadline)
+    async def submit(self, item: Any, *, deadline: float | None, route: str | None = None) -> Any:
+        """See :meth:`Service.submit` (``route``: its ``stage``)."""
+        return await self.service.submit(item, deadline=deadline, stage=route)
 
     def stats(self) -> ServiceStats:
         """See :meth:`Service.stats`."""
@@ -83,6 +92,7 @@ class FunctionTarget:
         wrapped = getattr(function, "__wrapped__", function)
         self.name = getattr(wrapped, "__name__", "model")
         self.input_type, self.output_type = item_types(wrapped)
+        self.routes: dict[str, tuple[Any, Any]] = {}
         self._submit: Callable[..., Any] = (
             function if isinstance(function, AsyncBatchedFunction) else function.acall
         )
@@ -106,8 +116,14 @@ class FunctionTarget:
         else:
             await self.function.aclose()
 
-    async def submit(self, item: Any, *, deadline: float | None) -> Any:
-        """Submit one item to the event loop's batcher."""
+    async def submit(self, item: Any, *, deadline: float | None, route: str | None = None) -> Any:
+        """Submit one item to the event loop's batcher (a function has no routes).
+
+        Raises:
+            KeyError: ``route`` is given.
+        """
+        if route is not None:
+            raise KeyError(f"no route {route!r}")
         return await self._submit(item, deadline=deadline)
 
     def stats(self) -> ServiceStats:

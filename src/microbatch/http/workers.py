@@ -74,7 +74,12 @@ def run_front(
     )
     local = as_target(load_target(spec))
     target = RelayTarget(
-        local.name, local.input_type, local.output_type, relay, on_hub_lost=_terminate_self
+        local.name,
+        local.input_type,
+        local.output_type,
+        relay,
+        routes=local.routes,
+        on_hub_lost=_terminate_self,
     )
     app = HttpApp(target, config)
     target.requests = app.metrics.requests

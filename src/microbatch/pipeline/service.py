@@ -127,6 +127,7 @@ class Service:
             )
             for pool, stage in zip(self._pools, stages, strict=True)
         ]
+        self._steps = list(zip((s.name for s in stages), self._pools, self._batchers, strict=True))
         self._in_flight = 0
         self._started = False
         self._draining = False
@@ -156,6 +157,12 @@ class Service:
         )
         return ServiceStats(self.ready, self._draining, self._in_flight, stages)
 
+    def _step_named(self, name: str) -> tuple[str, WorkerPool, Batcher[Any, Any]]:
+        for step in self._steps:
+            if step[0] == name:
+                return step
+        raise KeyError(f"no stage named {name!r}")
+
     @property
     def pools(self) -> Sequence[WorkerPool]:
         """The worker pools, one per stage."""
@@ -181,9 +188,15 @@ class Service:
         self._started = True
 
     async def submit(
-        self, item: Any, *, timeout_s: float | None = None, deadline: float | None = None
+        self,
+        item: Any,
+        *,
+        timeout_s: float | None = None,
+        deadline: float | None = None,
+        stage: str | None = None,
     ) -> Any:
-        """Run one item through every stage; return its result.
+        """Run one item through every stage (or through ``stage`` alone: its input in,
+        its output out); return its result.
 
         Raises:
             BatcherClosed: The service is shutting down.
@@ -194,25 +207,25 @@ class Service:
             WorkerDied: The worker holding this item died.
             StageFailed: A stage has no live worker now (refused at once), or cannot
                 run.
+            KeyError: No stage is named ``stage``.
         """
+        steps = self._steps if stage is None else (self._step_named(stage),)
         if self._draining:
             raise BatcherClosed("the service is shutting down")
         if not self._started:
             raise BatcherClosed("the service is not started: use `async with service` or start()")
         if self._in_flight >= self.max_in_flight:
             raise Overloaded(f"{self._in_flight} items in flight")
-        for stage, pool in zip(self.stages, self._pools, strict=True):
+        for name, pool, _ in steps:
             if not pool.alive:  # its workers are starting again, or keep failing
                 reason = pool.failure
-                raise StageFailed(
-                    str(reason) if reason else f"stage {stage.name!r} has no live worker"
-                )
+                raise StageFailed(str(reason) if reason else f"stage {name!r} has no live worker")
         if timeout_s is not None:
             due = time.monotonic() + timeout_s
             deadline = due if deadline is None else min(due, deadline)
         self._in_flight += 1
         try:
-            for batcher in self._batchers:
+            for _, _, batcher in steps:
                 item = await batcher.submit(item, deadline=deadline)
             return item
         finally:
