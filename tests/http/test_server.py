@@ -161,6 +161,31 @@ def test_a_slow_header_client_does_not_stall_others_and_is_cut_off(workers: str)
     assert closed == b""
 
 
+def test_a_kept_alive_connection_gets_a_fresh_header_deadline_per_request() -> None:
+    """Requests 0.6 s apart on one connection, with a 1 s header deadline: each one's
+    headers are on time, so none is cut off although the connection lives past 1 s;
+    then, idle, it is cut off one deadline after its last response."""
+    request = (
+        b"POST /predict HTTP/1.1\r\nhost: test\r\ncontent-type: application/json\r\n"
+        b'content-length: 8\r\n\r\n{"x": 2}'
+    )
+    with (
+        running("tests.http.models:double", "--header-timeout-s", "1") as server,
+        socket.create_connection(server.address, timeout=HANG_GUARD_S) as conn,
+    ):
+        replies = []
+        for _ in range(4):
+            conn.sendall(request)
+            replies.append(conn.recv(65536))
+            time.sleep(0.6)
+        started = time.monotonic()
+        cut_off = conn.recv(65536)
+        waited = time.monotonic() - started
+    assert all(reply.startswith(b"HTTP/1.1 200 ") for reply in replies)
+    assert cut_off.startswith(b"HTTP/1.1 408 ")
+    assert waited < HANG_GUARD_S
+
+
 def test_a_slow_body_gets_408_and_others_are_served() -> None:
     with (
         running("tests.http.models:double", "--body-timeout-s", "0.5") as server,

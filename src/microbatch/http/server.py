@@ -14,6 +14,7 @@ import contextlib
 import gc
 import ipaddress
 import logging
+import math
 import os
 import signal
 import socket
@@ -100,8 +101,9 @@ class HeaderGuardedProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._header_bytes = 0
         self._read_timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf  # when the armed timer fires
+        self._due = math.inf  # the current read deadline (none while the app answers)
         self._reading_headers = False
-        self._body_due = 0.0
         self._on_disconnect: Callable[[], None] | None = None
         self._extensions: dict[str, dict[object, object]] = {
             DISCONNECT_EXTENSION: {"register": self._register_disconnect},
@@ -127,11 +129,10 @@ class HeaderGuardedProtocol(HttpToolsProtocol):
         self.scope["extensions"] = self._extensions
 
     def on_headers_complete(self) -> None:
-        """The headers are in: the body's deadline starts (the timer stays armed and
-        moves to it only if it fires first), and the request runs."""
+        """The headers are in: the body's deadline starts, and the request runs."""
         self._reading_headers = False
-        self._body_due = self.loop.time() + self.body_timeout_s
         self._in_body = True
+        self._read_by(self.loop.time() + self.body_timeout_s)
         super().on_headers_complete()
         if self.cycle is not None:
             self.cycle.transport = _OneWriteResponses(self.transport, self.cycle)  # type: ignore[assignment]
@@ -139,7 +140,7 @@ class HeaderGuardedProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         """The whole request is in (also one whose response went out before its body
         was read): no read deadline until the response is out."""
-        self._stop_read_timer()
+        self._due = math.inf
         self._in_body = False
         super().on_message_complete()
 
@@ -163,26 +164,42 @@ class HeaderGuardedProtocol(HttpToolsProtocol):
         self._on_disconnect = callback
 
     def _await_headers(self) -> None:
-        self._stop_read_timer()
         self._header_bytes = 0
         self._reading_headers = True
-        self._read_timer = self.loop.call_later(self.header_timeout_s, self._read_too_slow)
+        self._read_by(self.loop.time() + self.header_timeout_s)
+
+    def _read_by(self, due: float) -> None:
+        """Set the read deadline. One timer per connection serves every request: it
+        is moved only to an earlier time; when it fires before the deadline (which
+        moved later meanwhile), it is armed again for it. So a request costs no timer
+        of its own."""
+        self._due = due
+        if due < self._timer_at:
+            if self._read_timer is not None:
+                self._read_timer.cancel()
+            self._timer_at = due
+            self._read_timer = self.loop.call_at(due, self._read_too_slow)
 
     def _stop_read_timer(self) -> None:
         self._reading_headers = False
+        self._due = math.inf
         if self._read_timer is not None:
             self._read_timer.cancel()
             self._read_timer = None
+            self._timer_at = math.inf
 
     def _read_too_slow(self) -> None:
         self._read_timer = None
-        if not self._reading_headers:  # in the body, whose deadline may be later
-            remaining = self._body_due - self.loop.time()
-            if remaining > 0:
-                self._read_timer = self.loop.call_later(remaining, self._read_too_slow)
-                return
-            if self.cycle is None or self.cycle.response_started:
-                return
+        self._timer_at = math.inf
+        due = self._due
+        if due == math.inf:
+            return  # the app is answering: no read deadline now
+        if self.loop.time() < due:  # the deadline moved since the timer was armed
+            self._timer_at = due
+            self._read_timer = self.loop.call_at(due, self._read_too_slow)
+            return
+        if self._in_body and (self.cycle is None or self.cycle.response_started):
+            return  # the app answered before reading the whole body: not a slow read
         self._refuse(_REQUEST_TIMEOUT)
 
     def _refuse(self, response: bytes) -> None:
