@@ -2,7 +2,9 @@
 
 * Static: no module of the HTTP layer imports a deserializer that runs code
   (pickle, marshal, dill, ...) or calls eval/exec; in the whole package pickle is
-  used only by the pipeline's own pipes and worker start-up.
+  used only by the pipeline's own pipes and worker start-up, and by the relay
+  between ``serve --workers``'s HTTP processes and their hub (socketpairs, items
+  already decoded by msgspec).
 * Dynamic: a pickle whose loading would create a file, POSTed to every route with
   every content type, gets a 4xx and the file never appears.
 * The pipes between the server and its workers are not reachable from the network:
@@ -24,6 +26,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "microbatch"
 UNSAFE_MODULES = {"pickle", "_pickle", "cloudpickle", "dill", "marshal", "shelve", "jsonpickle"}
 UNSAFE_CALLS = {"eval", "exec", "__import__"}
 PICKLE_ALLOWED = {  # our own processes' pipes, and the spec a worker is spawned with
+    "relay.py",  # serve --workers: HTTP processes and their hub, on socketpairs
     "pipeline/transport.py",
     "pipeline/worker.py",
     "pipeline/processes.py",

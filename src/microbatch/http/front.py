@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import pickle
 import socket
 from collections.abc import Callable
 from typing import Any
 
 from ..errors import StageFailed
 from ..pipeline.service import ServiceStats
-from .channel import Channel, Message
-from .hub import CANCEL, COUNTS, HELLO, RESULT, STATE, STATE_INTERVAL_S, SUBMIT, unpack_outcome
+from ..relay import Channel, Message, pack_item, unpack_outcome
+from .hub import CANCEL, COUNTS, HELLO, RESULT, STATE, STATE_INTERVAL_S, SUBMIT
 from .metrics import RequestCollector
 
 __all__ = ["RelayTarget"]
@@ -92,7 +91,7 @@ class RelayTarget:
         request_id = next(self._ids)
         answer = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = answer
-        packed = pickle.dumps(item, protocol=5)
+        packed = pack_item(item)
         self._channel.post((SUBMIT, request_id, packed, deadline, route))
         try:
             packed = await answer

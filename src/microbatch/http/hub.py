@@ -1,7 +1,7 @@
 """The hub of ``microbatch serve --workers N``: one Service, fed by N HTTP processes.
 
 Each front process parses, validates and encodes HTTP on a core of its own and
-relays the decoded items here over a :class:`~.channel.Channel`; the hub submits
+relays the decoded items here over a :class:`~microbatch.relay.Channel`; the hub submits
 them to the one Service, so the items of every front share the same batches and
 the same model workers. Each outcome goes back to the front that asked.
 
@@ -15,7 +15,7 @@ front to hub
     then: the requests the front has served, for everybody's ``/metrics``.
 hub to front
     ``(RESULT, id, outcome)``: a pickle of ``(True, result)`` or ``(False, error)``
-    (see :func:`pack_outcome`); ``(STATE, ready, ServiceStats, others)``
+    (see :func:`~microbatch.relay.pack_outcome`); ``(STATE, ready, ServiceStats, others)``
     on connecting and every :data:`STATE_INTERVAL_S`: readiness, the service's
     stats and the request counts of the other fronts.
 """
@@ -23,13 +23,11 @@ hub to front
 from __future__ import annotations
 
 import asyncio
-import pickle
 import socket
 from functools import partial
 from typing import Any
 
-from ..errors import MicrobatchError, RemoteError
-from .channel import Channel, Message
+from ..relay import Channel, Message, pack_outcome, unpack_item
 from .metrics import RequestCounts
 from .target import Target
 
@@ -42,8 +40,6 @@ __all__ = [
     "STATE_INTERVAL_S",
     "SUBMIT",
     "Hub",
-    "pack_outcome",
-    "unpack_outcome",
 ]
 
 HELLO = "hello"
@@ -140,7 +136,7 @@ class _FrontLink:
         if kind == SUBMIT:
             _, request_id, packed, deadline, route = message
             try:
-                item = pickle.loads(packed)
+                item = unpack_item(packed)
             except Exception as error:
                 self.channel.post((RESULT, request_id, pack_outcome(False, error)))
                 return
@@ -164,30 +160,3 @@ class _FrontLink:
         error = task.exception()
         outcome = pack_outcome(True, task.result()) if error is None else pack_outcome(False, error)
         self.channel.post((RESULT, request_id, outcome))
-
-
-def pack_outcome(ok: bool, value: Any) -> bytes:
-    """A result, or an error, as bytes to send.
-
-    microbatch's own errors cross as they are; any other error becomes a
-    :class:`RemoteError` (its class may not unpickle, or not be importable, on the
-    other side). A result that cannot be pickled becomes an error of its own item.
-    """
-    if not ok and not isinstance(value, MicrobatchError):
-        value = RemoteError.from_exception(value)
-    try:
-        return pickle.dumps((ok, value), protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as error:
-        failure = RemoteError(type(error).__name__, f"the result cannot be pickled: {error}", "")
-        return pickle.dumps((False, failure), protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def unpack_outcome(packed: bytes) -> Any:
-    """The result :func:`pack_outcome` packed; its error raised."""
-    try:
-        ok, value = pickle.loads(packed)
-    except Exception as error:
-        raise RemoteError(type(error).__name__, f"the result cannot be read: {error}", "") from None
-    if not ok:
-        raise value
-    return value

@@ -1,4 +1,8 @@
-"""Messages between the processes of one server: HTTP fronts and their hub.
+"""Messages between our own processes over a socket pair: ``serve --workers``'s HTTP
+processes and their hub.
+
+Besides the pipeline's worker pipes, this is the one place outside ``pipeline/``
+that pickles: the HTTP layer itself never imports pickle.
 
 A :class:`Channel` is one end of a Unix socket pair, as an asyncio protocol. A
 message is a tuple of plain values (items and results travel inside as pickles of
@@ -21,7 +25,9 @@ import struct
 from collections.abc import Callable
 from typing import Any, cast
 
-__all__ = ["Channel", "Message"]
+from .errors import MicrobatchError, RemoteError
+
+__all__ = ["Channel", "Message", "pack_item", "pack_outcome", "unpack_item", "unpack_outcome"]
 
 Message = tuple[Any, ...]
 
@@ -103,3 +109,40 @@ class Channel(asyncio.Protocol):
             self._transport.write(head + payload)
         else:
             self._transport.writelines((head, payload))
+
+
+def pack_item(item: Any) -> bytes:
+    """An item (decoded by msgspec from a request body) as bytes to relay."""
+    return pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def unpack_item(packed: bytes) -> Any:
+    """The item :func:`pack_item` packed (bytes from our own HTTP process)."""
+    return pickle.loads(packed)
+
+
+def pack_outcome(ok: bool, value: Any) -> bytes:
+    """A result, or an error, as bytes to send.
+
+    microbatch's own errors cross as they are; any other error becomes a
+    :class:`RemoteError` (its class may not unpickle, or not be importable, on the
+    other side). A result that cannot be pickled becomes an error of its own item.
+    """
+    if not ok and not isinstance(value, MicrobatchError):
+        value = RemoteError.from_exception(value)
+    try:
+        return pickle.dumps((ok, value), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as error:
+        failure = RemoteError(type(error).__name__, f"the result cannot be pickled: {error}", "")
+        return pickle.dumps((False, failure), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def unpack_outcome(packed: bytes) -> Any:
+    """The result :func:`pack_outcome` packed; its error raised."""
+    try:
+        ok, value = pickle.loads(packed)
+    except Exception as error:
+        raise RemoteError(type(error).__name__, f"the result cannot be read: {error}", "") from None
+    if not ok:
+        raise value
+    return value
