@@ -43,6 +43,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import Any
 
 from harness import (
@@ -67,26 +68,24 @@ from workloads import MAX_BATCH, MAX_WAIT_MS, WIDTH, Workload, read_counter
 
 LEVELS = [1, 16, 64, 256]
 
+MICROBATCH = Contender(
+    name="microbatch",
+    framework="microbatch",
+    server="microbatch_server:service",
+    packages=("-e", f"{ROOT}[http]", "numpy"),
+    predict_path="/predict",
+    health_path="/health/ready",
+    settings="Service, 1 process Stage, BatchConfig(max_batch_size=64, "
+    "max_latency_ms=10), adaptive policy",
+)
+
 CONTENDERS = {
     c.name: c
     for c in (
-        Contender(
-            name="microbatch",
-            framework="microbatch",
-            server="microbatch_server:service",
-            packages=("-e", f"{ROOT}[http]", "numpy"),
-            predict_path="/predict",
-            health_path="/health/ready",
-            settings="Service, 1 process Stage, BatchConfig(max_batch_size=64, "
-            "max_latency_ms=10), adaptive policy",
-        ),
-        Contender(
+        MICROBATCH,
+        replace(
+            MICROBATCH,
             name="microbatch-2http",
-            framework="microbatch",
-            server="microbatch_server:service",
-            packages=("-e", f"{ROOT}[http]", "numpy"),
-            predict_path="/predict",
-            health_path="/health/ready",
             settings="as microbatch, with `serve --workers 2`: two HTTP processes in front "
             "of the one Service (still 1 model worker)",
             options=("--workers", "2"),
