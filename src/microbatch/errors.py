@@ -11,6 +11,7 @@ import traceback
 __all__ = [
     "BatcherClosed",
     "DeadlineExceeded",
+    "ItemError",
     "ItemTooLarge",
     "MicrobatchError",
     "Overloaded",
@@ -47,6 +48,32 @@ class DeadlineExceeded(MicrobatchError):
     """
 
     http_status = 504
+
+
+class ItemError(MicrobatchError):
+    """Raise it in a model (or return it at an item's place) to fail that one item
+    with a status of your choosing and a message that is safe to show the client.
+
+    It behaves the same in every mode: in-process, in worker processes (it crosses
+    the process boundary as itself), over HTTP (its status and message are the
+    answer) and over every other protocol.
+
+    Args:
+        message: Shown to the client as it is: say what is wrong with the item.
+        status: The HTTP status (a 4xx for a bad item; 422 by default).
+    """
+
+    http_status = 422
+
+    def __init__(self, message: str, *, status: int = 422) -> None:
+        if not isinstance(status, int) or not 400 <= status <= 599:
+            raise ValueError(f"status must be an HTTP error status (400-599), got {status!r}")
+        super().__init__(message)
+        self.message = message
+        self.http_status = status
+
+    def __reduce__(self) -> tuple[type[ItemError], tuple[str], dict[str, int]]:
+        return type(self), (self.message,), {"http_status": self.http_status}
 
 
 class ItemTooLarge(MicrobatchError, ValueError):
