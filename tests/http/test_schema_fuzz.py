@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
 from microbatch.http import app
+from tests.serve.test_server import Server, running
 
 from . import models
-from .test_server import Server, running
 
 
 @schemathesis.serializer("application/msgpack")

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import msgspec
 import uvloop
 
-from tests.http.test_server import Server, running
+from tests.serve.test_server import Server, running
 
 __all__ = [
     "HANG_GUARD_S",

@@ -26,7 +26,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "microbatch"
 UNSAFE_MODULES = {"pickle", "_pickle", "cloudpickle", "dill", "marshal", "shelve", "jsonpickle"}
 UNSAFE_CALLS = {"eval", "exec", "__import__"}
 PICKLE_ALLOWED = {  # our own processes' pipes, and the spec a worker is spawned with
-    "relay.py",  # serve --workers: HTTP processes and their hub, on socketpairs
+    "serve/relay.py",  # serve --workers: HTTP processes and their hub, on socketpairs
     "pipeline/transport.py",
     "pipeline/worker.py",
     "pipeline/processes.py",

@@ -3,7 +3,7 @@
 in under 50 ms the whole time, ``/health/live`` stays 200, and the restarts back off.
 
 (A model that crashes in setup from the very start never serves: the server exits
-non-zero, see tests/http/test_server.py.)
+non-zero, see tests/serve/test_server.py.)
 """
 
 from __future__ import annotations

@@ -9,12 +9,12 @@ import threading
 import time
 from collections.abc import Sequence
 
-from . import __version__
-from .bench import command as bench
-from .decorator import batch
-from .http.server import add_serve_arguments, run_serve
-from .stats import BatcherStats
-from .tune import command as tune
+from .. import __version__
+from ..bench import command as bench
+from ..decorator import batch
+from ..serve.server import add_serve_arguments, run_serve
+from ..stats import BatcherStats
+from ..tune import command as tune
 
 __all__ = ["main"]
 
@@ -80,7 +80,7 @@ def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
 def run_serve_on_ray(args: argparse.Namespace) -> int:
     """``microbatch serve --ray``: a clear message, not a traceback, without Ray."""
     try:
-        from .ray.command import run_on_ray
+        from ..ray.command import run_on_ray
     except ImportError as error:
         print(f"microbatch serve --ray: {error}", file=sys.stderr)
         return 2

@@ -1,7 +1,7 @@
 """The hub of ``microbatch serve --workers N``: one Service, fed by N HTTP processes.
 
 Each front process parses, validates and encodes HTTP on a core of its own and
-relays the decoded items here over a :class:`~microbatch.relay.Channel`; the hub submits
+relays the decoded items here over a :class:`~microbatch.serve.relay.Channel`; the hub submits
 them to the one Service, so the items of every front share the same batches and
 the same model workers. Each outcome goes back to the front that asked.
 
@@ -15,7 +15,7 @@ front to hub
     then: the requests the front has served, for everybody's ``/metrics``.
 hub to front
     ``(RESULT, id, outcome)``: a pickle of ``(True, result)`` or ``(False, error)``
-    (see :func:`~microbatch.relay.pack_outcome`); ``(STATE, ready, ServiceStats, others)``
+    (see :func:`~microbatch.serve.relay.pack_outcome`); ``(STATE, ready, ServiceStats, others)``
     on connecting and every :data:`STATE_INTERVAL_S`: readiness, the service's
     stats and the request counts of the other fronts.
 """
@@ -27,9 +27,9 @@ import socket
 from functools import partial
 from typing import Any
 
-from ..relay import Channel, Message, pack_outcome, unpack_item
-from .metrics import RequestCounts
-from .target import Target
+from ..http.metrics import RequestCounts
+from ..http.target import Target
+from .relay import Channel, Message, pack_outcome, unpack_item
 
 __all__ = [
     "CANCEL",

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import StageFailed
+from ..http.metrics import RequestCollector
 from ..pipeline.service import ServiceStats
-from ..relay import Channel, Message, pack_item, unpack_outcome
 from .hub import CANCEL, COUNTS, HELLO, RESULT, STATE, STATE_INTERVAL_S, SUBMIT
-from .metrics import RequestCollector
+from .relay import Channel, Message, pack_item, unpack_outcome
 
 __all__ = ["RelayTarget"]
 

@@ -25,7 +25,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, cast
 
-from .errors import MicrobatchError, RemoteError
+from ..errors import MicrobatchError, RemoteError
 
 __all__ = ["Channel", "Message", "pack_item", "pack_outcome", "unpack_item", "unpack_outcome"]
 

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from ..http.app import HttpApp, HttpConfig
+from ..http.asgi import BODY_DEADLINE_EXTENSION, DISCONNECT_EXTENSION
+from ..http.target import as_target
 from ..loading import load_target
-from .app import HttpApp, HttpConfig
-from .asgi import BODY_DEADLINE_EXTENSION, DISCONNECT_EXTENSION
-from .target import as_target
 
 __all__ = [
     "HeaderGuardedProtocol",

@@ -27,12 +27,12 @@ from multiprocessing.process import BaseProcess
 
 import uvloop
 
+from ..http.app import HttpApp, HttpConfig
+from ..http.target import Target, as_target
 from ..loading import load_target
-from .app import HttpApp, HttpConfig
 from .front import RelayTarget
 from .hub import Hub
 from .server import ServeSettings, bind, listen_url, quiet_garbage_collector, serve
-from .target import Target, as_target
 
 __all__ = ["run_front", "serve_workers"]
 

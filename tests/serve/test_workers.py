@@ -26,11 +26,11 @@ import pytest
 
 from microbatch import batch
 from microbatch.errors import DeadlineExceeded, Overloaded, RemoteError, StageFailed
-from microbatch.http.front import RelayTarget
-from microbatch.http.hub import Hub
 from microbatch.http.metrics import RequestCollector, RequestCounts
 from microbatch.http.target import as_target
-from microbatch.relay import Channel, Message, pack_outcome, unpack_outcome
+from microbatch.serve.front import RelayTarget
+from microbatch.serve.hub import Hub
+from microbatch.serve.relay import Channel, Message, pack_outcome, unpack_outcome
 
 from .test_server import HANG_GUARD_S, ROOT, _post_all, _until_metrics
 
