@@ -10,7 +10,7 @@ from types import MappingProxyType
 
 from .policy import QueueState
 
-__all__ = ["QUEUE_WAIT_BUCKETS_S", "BatcherStats", "StatsRecorder"]
+__all__ = ["QUEUE_WAIT_BUCKETS_S", "BatcherStats", "ServiceStats", "StageStats", "StatsRecorder"]
 
 QUEUE_WAIT_BUCKETS_S = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
@@ -126,3 +126,31 @@ def _percentile_ms(ordered: list[float], fraction: float) -> float:
         return 0.0
     index = min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))
     return ordered[index] * 1000.0
+
+
+@dataclass(frozen=True)
+class StageStats:
+    """One stage at one moment: its workers and its batcher's counters."""
+
+    name: str
+    workers: int
+    workers_alive: int
+    restarts: int
+    batching: BatcherStats
+
+
+@dataclass(frozen=True)
+class ServiceStats:
+    """The whole service at one moment.
+
+    Attributes:
+        ready: Warmed up, not draining, and every stage has a live worker.
+        draining: :meth:`Service.close` has begun: no new items are taken.
+        in_flight: Items inside the service (queued or computing, any stage).
+        stages: One entry per stage, in order.
+    """
+
+    ready: bool
+    draining: bool
+    in_flight: int
+    stages: tuple[StageStats, ...]

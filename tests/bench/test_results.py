@@ -20,8 +20,7 @@ from microbatch.bench import (
 )
 from microbatch.bench.runner import warnings_for
 from microbatch.http.metrics import HttpMetrics
-from microbatch.pipeline.service import ServiceStats, StageStats
-from microbatch.stats import QUEUE_WAIT_BUCKETS_S, BatcherStats
+from microbatch.stats import QUEUE_WAIT_BUCKETS_S, BatcherStats, ServiceStats, StageStats
 
 
 def test_nearest_rank_percentiles() -> None:

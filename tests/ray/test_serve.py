@@ -20,8 +20,8 @@ from ray import serve
 
 import microbatch
 from microbatch import Service, Stage
-from microbatch.pipeline.service import ServiceStats
 from microbatch.ray import ServiceClient, application
+from microbatch.stats import ServiceStats
 
 from . import models
 from .conftest import Cluster

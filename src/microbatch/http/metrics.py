@@ -20,8 +20,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from ..pipeline.service import ServiceStats
-from ..stats import QUEUE_WAIT_BUCKETS_S
+from ..stats import QUEUE_WAIT_BUCKETS_S, ServiceStats
 
 __all__ = [
     "BATCH_SIZE_BUCKETS",

@@ -4,19 +4,16 @@ behind one small interface (start, close, submit, readiness, stats, declared typ
 
 from __future__ import annotations
 
-import collections.abc
-import inspect
-import types
-import typing
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from .._hints import item_types
 from ..decorator import AsyncBatchedFunction, SyncBatchedFunction
-from ..pipeline.service import Service, ServiceStats, StageStats
+from ..pipeline.service import Service
 from ..policy import QueueState
-from ..stats import StatsRecorder
+from ..stats import ServiceStats, StageStats, StatsRecorder
 
-__all__ = ["FunctionTarget", "ServiceTarget", "Target", "as_target", "item_types"]
+__all__ = ["FunctionTarget", "ServiceTarget", "Target", "as_target"]
 
 
 class Target(Protocol):
@@ -155,44 +152,3 @@ def as_target(served: object) -> Target:
     raise TypeError(
         f"expected a microbatch.Service or a @microbatch.batch function, got {served!r}"
     )
-
-
-def item_types(batch_function: Callable[..., Any]) -> tuple[Any, Any]:
-    """The per-item input and output types of ``f(batch: list[In]) -> list[Out]``.
-
-    Missing or unreadable hints give ``Any`` (accept any JSON value).
-    """
-    try:
-        hints = typing.get_type_hints(batch_function)
-        parameters = [
-            p for p in inspect.signature(batch_function).parameters.values() if p.name != "self"
-        ]
-    except (NameError, TypeError, ValueError):
-        return Any, Any
-    batch_hint = hints.get(parameters[0].name, Any) if parameters else Any
-    return _element_type(batch_hint), _without_errors(_element_type(hints.get("return", Any)))
-
-
-def _without_errors(hint: Any) -> Any:
-    """``Out`` from ``Out | SomeError``: an exception in a result list fails its item,
-    it is never encoded as a response."""
-    if typing.get_origin(hint) not in (typing.Union, types.UnionType):
-        return hint
-    kept = [
-        arg
-        for arg in typing.get_args(hint)
-        if not (inspect.isclass(arg) and issubclass(arg, BaseException))
-    ]
-    return typing.Union[tuple(kept)] if kept else Any  # noqa: UP007 (built from a list)
-
-
-def _element_type(hint: Any) -> Any:
-    """``T`` from ``list[T]``, ``Sequence[T]``, ``Awaitable[list[T]]``; else ``Any``."""
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if origin is not None and args and inspect.isclass(origin):
-        if issubclass(origin, collections.abc.Awaitable):
-            return _element_type(args[0])
-        if issubclass(origin, collections.abc.Sequence) and len(args) == 1:
-            return args[0]
-    return Any

@@ -6,18 +6,17 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
 
 from ..batcher import Batcher
 from ..errors import BatcherClosed, Overloaded, StageFailed
-from ..stats import BatcherStats
+from ..stats import ServiceStats, StageStats
 from .pool import ProcessPool
 from .stage import Stage
 from .threads import ThreadPool
 
-__all__ = ["Service", "ServiceStats", "StageStats", "WorkerPool"]
+__all__ = ["Service", "WorkerPool"]
 
 
 class WorkerPool(Protocol):
@@ -53,34 +52,6 @@ class WorkerPool(Protocol):
 
     async def close(self) -> None:
         """Stop the workers."""
-
-
-@dataclass(frozen=True)
-class StageStats:
-    """One stage at one moment: its workers and its batcher's counters."""
-
-    name: str
-    workers: int
-    workers_alive: int
-    restarts: int
-    batching: BatcherStats
-
-
-@dataclass(frozen=True)
-class ServiceStats:
-    """The whole service at one moment.
-
-    Attributes:
-        ready: Warmed up, not draining, and every stage has a live worker.
-        draining: :meth:`Service.close` has begun: no new items are taken.
-        in_flight: Items inside the service (queued or computing, any stage).
-        stages: One entry per stage, in order.
-    """
-
-    ready: bool
-    draining: bool
-    in_flight: int
-    stages: tuple[StageStats, ...]
 
 
 class Service:

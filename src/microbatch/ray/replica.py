@@ -19,7 +19,7 @@ from ..errors import BatcherClosed, StageFailed
 from ..http.app import HttpApp, HttpConfig
 from ..http.asgi import Receive, Scope, Send
 from ..http.target import as_target
-from ..pipeline.service import ServiceStats
+from ..stats import ServiceStats
 from .recipe import Recipe
 from .settings import StageMode
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import StageFailed
 from ..http.metrics import RequestCollector
-from ..pipeline.service import ServiceStats
+from ..stats import ServiceStats
 from .hub import CANCEL, COUNTS, HELLO, RESULT, STATE, STATE_INTERVAL_S, SUBMIT
 from .relay import Channel, Message, pack_item, unpack_outcome
 
