@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from .stats import ServiceStats
@@ -70,8 +70,7 @@ def deadline_from(
     return due if deadline is None else min(due, deadline)
 
 
-@dataclass(frozen=True, slots=True)
-class Route:
+class Route(NamedTuple):
     """One more entry point of a servable besides the whole model (for a Service of
     several stages: each stage alone), with its own item and result types."""
 

@@ -78,10 +78,10 @@ async def test_one_stage_alone_takes_that_stages_input_and_gives_its_output() ->
     service = Service(Stage(AddOne, batching=batching()), Stage(Square, batching=batching()))
     async with service:
         whole, first, second = await asyncio.gather(
-            service.submit(2), service.submit(2, stage="AddOne"), service.submit(2, stage="Square")
+            service.submit(2), service.submit(2, route="AddOne"), service.submit(2, route="Square")
         )
-        with pytest.raises(KeyError, match="no stage named 'Cube'"):
-            await service.submit(2, stage="Cube")
+        with pytest.raises(KeyError, match="no route 'Cube'"):
+            await service.submit(2, route="Cube")
         counts = [stats.batching.items for stats in service.stats().stages]
     assert (whole, first, second) == (9, 3, 4)
     assert counts == [2, 2]  # each stage ran its own item and the pipeline's

@@ -23,6 +23,7 @@ import msgspec
 
 from .. import __version__
 from ..errors import RemoteError
+from ..types import deadline_from
 from .asgi import (
     BODY_DEADLINE_EXTENSION,
     DISCONNECT_EXTENSION,
@@ -208,7 +209,7 @@ class HttpApp:
     ) -> int:
         if self._draining:
             raise NotReady("the server is shutting down")
-        deadline = time.monotonic() + self._timeout_s(scope)
+        deadline = deadline_from(self._timeout_s(scope))
         content_type = codec_for_content_type(header(scope, b"content-type")).name
         decode = (self._decoders if decoders is None else decoders)[content_type]
         encoder = codec_for_accept(header(scope, b"accept"))
@@ -279,7 +280,7 @@ class HttpApp:
             ) from None
 
     async def _result(
-        self, scope: Scope, item: Any, deadline: float, receive: Receive, route: str | None
+        self, scope: Scope, item: Any, deadline: float | None, receive: Receive, route: str | None
     ) -> Any:
         """Await the item's result; a client that disconnects first cancels it."""
         disconnect = extension(scope, DISCONNECT_EXTENSION)
@@ -308,7 +309,7 @@ class HttpApp:
             waiting = False
 
     async def _watched_result(
-        self, item: Any, deadline: float, receive: Receive, route: str | None
+        self, item: Any, deadline: float | None, receive: Receive, route: str | None
     ) -> Any:
         """:meth:`_result` under a server without the disconnect extension: a task
         watches ``receive()`` for the disconnect."""

@@ -5,79 +5,20 @@ behind one small interface (start, close, submit, readiness, stats, declared typ
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from .._hints import item_types
 from ..decorator import AsyncBatchedFunction, SyncBatchedFunction
 from ..pipeline.service import Service
 from ..policy import QueueState
 from ..stats import ServiceStats, StageStats, StatsRecorder
+from ..types import Route, Servable
 
-__all__ = ["FunctionTarget", "ServiceTarget", "Target", "as_target"]
-
-
-class Target(Protocol):
-    """The served model, as the HTTP app sees it."""
-
-    name: str
-    input_type: Any
-    output_type: Any
-    routes: dict[str, tuple[Any, Any]]
-    """More entry points than the whole model, by name: their input and output types
-    (a Service of several stages: each stage alone). Served at ``/predict/{name}``."""
-
-    @property
-    def ready(self) -> bool:
-        """Able to take items now."""
-
-    async def start(self) -> None:
-        """Start workers and warm up."""
-
-    async def close(self) -> None:
-        """Refuse new items, finish queued ones, stop workers."""
-
-    async def submit(self, item: Any, *, deadline: float | None, route: str | None = None) -> Any:
-        """One item in (to the whole model, or to one of :attr:`routes`), its own
-        result out (or its own error raised)."""
-
-    def stats(self) -> ServiceStats:
-        """A snapshot of every stage's counters."""
+__all__ = ["FunctionTarget", "Target", "as_target"]
 
 
-class ServiceTarget:
-    """A :class:`~microbatch.Service`: types from its first and last stages' ``predict``;
-    with several stages (of distinct names), each stage alone is a route too."""
-
-    def __init__(self, service: Service) -> None:
-        self.service = service
-        stages = service.stages
-        self.name = stages[-1].name
-        self.input_type = item_types(stages[0].model.predict)[0]
-        self.output_type = item_types(stages[-1].model.predict)[1]
-        names = [stage.name for stage in stages]
-        several = len(stages) > 1 and len(set(names)) == len(names)
-        self.routes = {s.name: item_types(s.model.predict) for s in stages} if several else {}
-
-    @property
-    def ready(self) -> bool:
-        """See :attr:`Service.ready`."""
-        return self.service.ready
-
-    async def start(self) -> None:
-        """See :meth:`Service.start`."""
-        await self.service.start()
-
-    async def close(self) -> None:
-        """See :meth:`Service.close`."""
-        await self.service.close()
-
-    async def submit(self, item: Any, *, deadline: float | None, route: str | None = None) -> Any:
-        """See :meth:`Service.submit` (``route``: its ``stage``)."""
-        return await self.service.submit(item, deadline=deadline, stage=route)
-
-    def stats(self) -> ServiceStats:
-        """See :meth:`Service.stats`."""
-        return self.service.stats()
+Target = Servable[Any, Any]
+"""What the HTTP app serves: the one contract (see :class:`microbatch.types.Servable`)."""
 
 
 class FunctionTarget:
@@ -89,7 +30,8 @@ class FunctionTarget:
         wrapped = getattr(function, "__wrapped__", function)
         self.name = getattr(wrapped, "__name__", "model")
         self.input_type, self.output_type = item_types(wrapped)
-        self.routes: dict[str, tuple[Any, Any]] = {}
+        self.routes: dict[str, Route] = {}
+        self.examples: tuple[Any, ...] = ()
         self._submit: Callable[..., Any] = (
             function if isinstance(function, AsyncBatchedFunction) else function.acall
         )
@@ -113,7 +55,9 @@ class FunctionTarget:
         else:
             await self.function.aclose()
 
-    async def submit(self, item: Any, *, deadline: float | None, route: str | None = None) -> Any:
+    async def submit(
+        self, item: Any, *, deadline: float | None = None, route: str | None = None
+    ) -> Any:
         """Submit one item to the event loop's batcher (a function has no routes).
 
         Raises:
@@ -139,14 +83,14 @@ class FunctionTarget:
         )
 
 
-def as_target(served: object) -> Target:
+def as_target(served: object) -> Servable[Any, Any]:
     """Wrap a :class:`Service` or a ``@microbatch.batch`` function.
 
     Raises:
         TypeError: ``served`` is neither.
     """
     if isinstance(served, Service):
-        return ServiceTarget(served)
+        return served
     if isinstance(served, (AsyncBatchedFunction, SyncBatchedFunction)):
         return FunctionTarget(served)
     raise TypeError(

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
+from .._hints import item_types
 from ..batcher import Batcher
 from ..errors import BatcherClosed, Overloaded, StageFailed
-from ..stats import ServiceStats, StageStats
+from ..policy import QueueState
+from ..stats import ServiceStats, StageStats, StatsRecorder
+from ..types import Route, deadline_from
 from .pool import ProcessPool
 from .stage import Stage
 from .threads import ThreadPool
 
 __all__ = ["Service", "WorkerPool"]
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class WorkerPool(Protocol):
@@ -54,19 +59,30 @@ class WorkerPool(Protocol):
         """Stop the workers."""
 
 
-class Service:
+class Service(Generic[T, R]):
     """One item in, its own result out, through a pipeline of batched stages.
 
-    Each stage runs its model in worker processes and batches with its own
-    settings; the results of stage k are the items of stage k + 1. An error in any
-    stage goes straight back to its caller; a deadline covers the whole pipeline.
+    Each stage runs its model in worker processes (or threads) and batches with its
+    own settings; the results of stage k are the items of stage k + 1. An error in
+    any stage goes straight back to its caller; a deadline covers the whole pipeline.
+
+    A Service implements :class:`~microbatch.types.Servable`, the contract every
+    front door speaks. Its workers exist between :meth:`start` and :meth:`close`
+    (or inside ``async with``); it may be started again after it closed, with fresh
+    workers.
+
+    Annotate it to have its item and result types checked:
+    ``service: Service[str, list[float]] = Service(...)``.
 
     Args:
         *stages: The stages, in order.
-        examples: Items run through the whole pipeline by :meth:`start` (warm-up).
+        examples: Items run through the whole pipeline by :meth:`start` (warm-up);
+            also the examples of the HTTP API's documentation and of ``microbatch
+            bench``.
         max_in_flight: Most items inside the service at once; one more gets
             :class:`~microbatch.errors.Overloaded` at once.
         grace_s: How long :meth:`close` lets the items inside finish.
+        name: Shown in logs, metrics and the API (default: the last stage's name).
     """
 
     def __init__(
@@ -75,30 +91,28 @@ class Service:
         examples: Sequence[Any] = (),
         max_in_flight: int = 10_000,
         grace_s: float = 30.0,
+        name: str = "",
     ) -> None:
         if not stages:
             raise ValueError("a Service needs at least one Stage")
-        if max_in_flight < 1:
-            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight!r}")
+        if not isinstance(max_in_flight, int) or max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be an int >= 1, got {max_in_flight!r}")
+        if not grace_s >= 0:
+            raise ValueError(f"grace_s must be a number >= 0, got {grace_s!r}")
         self.stages = stages
-        self.examples = list(examples)
+        self.examples: Sequence[Any] = list(examples)
         self.max_in_flight = max_in_flight
         self.grace_s = grace_s
-        self._pools: list[WorkerPool] = [
-            ThreadPool(stage) if stage.mode == "thread" else ProcessPool(stage) for stage in stages
-        ]
-        self._batchers: list[Batcher[Any, Any]] = [
-            # A full batch may wait at a worker for the running one (workers queue it),
-            # so the worker is told each item's deadline and leaves out expired ones.
-            Batcher(
-                pool.run,
-                stage.config,
-                run_ahead=True,
-                pass_deadlines=stage.config.rows is None,
-            )
-            for pool, stage in zip(self._pools, stages, strict=True)
-        ]
-        self._steps = list(zip((s.name for s in stages), self._pools, self._batchers, strict=True))
+        self.name = name or stages[-1].name
+        self.input_type: Any = item_types(stages[0].model.predict)[0]
+        self.output_type: Any = item_types(stages[-1].model.predict)[1]
+        names = [stage.name for stage in stages]
+        several = len(stages) > 1 and len(set(names)) == len(names)
+        self.routes: Mapping[str, Route] = (
+            {s.name: Route(*item_types(s.model.predict)) for s in stages} if several else {}
+        )
+        self._pools: list[WorkerPool] = []
+        self._batchers: list[Batcher[Any, Any]] = []
         self._in_flight = 0
         self._started = False
         self._draining = False
@@ -114,8 +128,17 @@ class Service:
         """:meth:`close` has begun: new items are refused, queued ones finish."""
         return self._draining
 
+    @property
+    def pools(self) -> Sequence[WorkerPool]:
+        """The worker pools, one per stage (empty until :meth:`start`)."""
+        return self._pools
+
     def stats(self) -> ServiceStats:
         """A snapshot of every stage's workers and batching counters."""
+        if not self._batchers:  # not started: every counter is zero
+            empty = StatsRecorder().snapshot(QueueState())
+            stages = tuple(StageStats(s.name, s.workers, 0, 0, empty) for s in self.stages)
+            return ServiceStats(False, self._draining, 0, stages)
         stages = tuple(
             StageStats(
                 name=stage.name,
@@ -128,29 +151,28 @@ class Service:
         )
         return ServiceStats(self.ready, self._draining, self._in_flight, stages)
 
-    def _step_named(self, name: str) -> tuple[str, WorkerPool, Batcher[Any, Any]]:
-        for step in self._steps:
-            if step[0] == name:
-                return step
-        raise KeyError(f"no stage named {name!r}")
-
-    @property
-    def pools(self) -> Sequence[WorkerPool]:
-        """The worker pools, one per stage."""
-        return self._pools
-
     async def start(self) -> None:
         """Start every stage's workers, then warm them up: the examples run as one
         batch through every worker of the first stage, their results through every
         worker of the second, and so on.
 
         Raises:
+            RuntimeError: The service is running already.
             StageFailed: A stage's workers kept dying while setting up, or a
                 warm-up example failed.
         """
+        if self._pools:
+            raise RuntimeError("the service is running already: close() it before starting again")
+        self._draining = False
+        self._pools = [
+            ThreadPool(stage) if stage.mode == "thread" else ProcessPool(stage)
+            for stage in self.stages
+        ]
+        pairs = zip(self._pools, self.stages, strict=True)
+        self._batchers = [_stage_batcher(pool, stage) for pool, stage in pairs]
         try:
             await asyncio.gather(*(pool.start() for pool in self._pools))
-            items = self.examples
+            items = list(self.examples)
             for pool in self._pools:
                 items = await pool.warm_up(items)
         except BaseException:
@@ -160,45 +182,55 @@ class Service:
 
     async def submit(
         self,
-        item: Any,
+        item: T,
         *,
-        timeout_s: float | None = None,
         deadline: float | None = None,
-        stage: str | None = None,
-    ) -> Any:
-        """Run one item through every stage (or through ``stage`` alone: its input in,
-        its output out); return its result.
+        route: str | None = None,
+        timeout_s: float | None = None,
+    ) -> R:
+        """Run one item through every stage (or through the stage named ``route``
+        alone: its input in, its output out); return its result.
+
+        Args:
+            item: The item.
+            deadline: Give up at this ``time.monotonic()`` time.
+            route: The name of one stage (see :attr:`routes`), or None for all.
+            timeout_s: Give up after this many seconds (for in-process callers; the
+                earlier of the two counts).
 
         Raises:
-            BatcherClosed: The service is shutting down.
+            BatcherClosed: The service is not started, or shutting down.
             Overloaded: ``max_in_flight`` items are inside already.
             DeadlineExceeded: The deadline passed (items are dropped before the next
                 stage computes them).
+            ItemError: A model refused this item (its status and message).
             RemoteError: A stage's model failed for this item (type, message, traceback).
             WorkerDied: The worker holding this item died.
             StageFailed: A stage has no live worker now (refused at once), or cannot
                 run.
-            KeyError: No stage is named ``stage``.
+            KeyError: No stage is named ``route``.
         """
-        steps = self._steps if stage is None else (self._step_named(stage),)
         if self._draining:
             raise BatcherClosed("the service is shutting down")
         if not self._started:
             raise BatcherClosed("the service is not started: use `async with service` or start()")
+        steps = self._steps(route)
         if self._in_flight >= self.max_in_flight:
             raise Overloaded(f"{self._in_flight} items in flight")
-        for name, pool, _ in steps:
+        for index in steps:
+            pool = self._pools[index]
             if not pool.alive:  # its workers are starting again, or keep failing
                 reason = pool.failure
+                name = self.stages[index].name
                 raise StageFailed(str(reason) if reason else f"stage {name!r} has no live worker")
         if timeout_s is not None:
-            due = time.monotonic() + timeout_s
-            deadline = due if deadline is None else min(due, deadline)
+            deadline = deadline_from(timeout_s, deadline)
         self._in_flight += 1
+        result: Any = item
         try:
-            for _, _, batcher in steps:
-                item = await batcher.submit(item, deadline=deadline)
-            return item
+            for index in steps:
+                result = await self._batchers[index].submit(result, deadline=deadline)
+            return result  # type: ignore[no-any-return]
         finally:
             self._in_flight -= 1
             if not self._in_flight and self._emptied is not None:
@@ -207,18 +239,22 @@ class Service:
     async def close(self) -> None:
         """Stop intake at once, let the items inside finish for up to ``grace_s``
         seconds, answer any still queued :class:`BatcherClosed`, then stop every
-        worker (terminate, then kill, one that does not exit)."""
+        worker (terminate, then kill, one that does not exit). The service may be
+        started again afterwards."""
         self._draining = True
         if self._in_flight:
             self._emptied = asyncio.Event()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._emptied.wait(), self.grace_s)
+            self._emptied = None
         await asyncio.gather(
             *(batcher.close(drain=False) for batcher in self._batchers),
             *(pool.close() for pool in self._pools),
         )
+        self._started = False
+        self._pools, self._batchers = [], []
 
-    async def __aenter__(self) -> Service:
+    async def __aenter__(self) -> Service[T, R]:
         await self.start()
         return self
 
@@ -229,3 +265,20 @@ class Service:
         traceback: TracebackType | None,
     ) -> None:
         await self.close()
+
+    def _steps(self, route: str | None) -> range | tuple[int]:
+        if route is None:
+            return range(len(self.stages))
+        for index, stage in enumerate(self.stages):
+            if stage.name == route and route in self.routes:
+                return (index,)
+        raise KeyError(f"no route {route!r}")
+
+
+def _stage_batcher(pool: WorkerPool, stage: Stage) -> Batcher[Any, Any]:
+    """The batcher in front of one stage's workers."""
+    # A full batch may wait at a worker for the running one (workers queue it),
+    # so the worker is told each item's deadline and leaves out expired ones.
+    return Batcher(
+        pool.run, stage.config, run_ahead=True, pass_deadlines=stage.config.rows is None
+    )

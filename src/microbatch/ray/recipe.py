@@ -51,7 +51,7 @@ class ServiceRecipe:
         """Items a fully used replica holds: the largest stage's batch slots x size."""
         return max(stage.workers * stage.config.max_batch_size for stage in self.stages)
 
-    def build(self, stage_mode: StageMode) -> Service:
+    def build(self, stage_mode: StageMode) -> Service[Any, Any]:
         """A fresh Service, its stages in threads (``"thread"``) or as defined."""
         stages = self.stages
         if stage_mode == "thread":

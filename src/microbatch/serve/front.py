@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import StageFailed
 from ..http.metrics import RequestCollector
 from ..stats import ServiceStats
+from ..types import Route
 from .hub import CANCEL, COUNTS, HELLO, RESULT, STATE, STATE_INTERVAL_S, SUBMIT
 from .relay import Channel, Message, pack_item, unpack_outcome
 
@@ -42,13 +43,14 @@ class RelayTarget:
         input_type: Any,
         output_type: Any,
         sock: socket.socket,
-        routes: dict[str, tuple[Any, Any]] | None = None,
+        routes: Mapping[str, Route] | None = None,
         on_hub_lost: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
         self.input_type = input_type
         self.output_type = output_type
         self.routes = dict(routes or {})
+        self.examples: tuple[Any, ...] = ()
         self.requests: RequestCollector | None = None  # whose counts go to the hub
         self._sock = sock
         self._on_hub_lost = on_hub_lost
@@ -84,7 +86,9 @@ class RelayTarget:
             self._channel.post((COUNTS, self.requests.snapshot()))
         self._channel.close()
 
-    async def submit(self, item: Any, *, deadline: float | None, route: str | None = None) -> Any:
+    async def submit(
+        self, item: Any, *, deadline: float | None = None, route: str | None = None
+    ) -> Any:
         """Send the item to the hub; return its result or raise its error."""
         if not self._channel.open:
             raise StageFailed("the serving process is gone")

@@ -23,7 +23,7 @@ class TuneError(Exception):
     """The service cannot be measured (bad target, no examples, a failing model)."""
 
 
-def load_service(target: str) -> Service:
+def load_service(target: str) -> Service[Any, Any]:
     """Import ``MODULE:ATTR`` (the current directory is searched first) and return it.
 
     Raises:
@@ -88,7 +88,7 @@ def measure_model(
 
 
 def measure_service(
-    service: Service,
+    service: Service[Any, Any],
     *,
     max_batch: int = 64,
     repeats: int = 5,

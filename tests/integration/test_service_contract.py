@@ -1,0 +1,95 @@
+"""A Service as the one contract (Servable): routes, restarts, item errors, types."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+import microbatch
+from microbatch import BatcherClosed, Service, Stage
+from microbatch.errors import ItemError
+from microbatch.http import app
+from microbatch.types import Route, Servable
+from tests.http.conftest import serving
+from tests.integration.contract_models import RefusesNegatives
+from tests.integration.pipeline_models import AddOne, Square
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _check_servable(servable: Servable[int, int]) -> Servable[int, int]:
+    return servable
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+async def test_a_service_starts_again_after_it_closed(mode: str) -> None:
+    service: Service[int, int] = Service(Stage(AddOne, mode=mode), Stage(Square, mode=mode))
+    assert not service.ready and service.stats().stages[0].batching.items == 0
+    with pytest.raises(BatcherClosed, match="not started"):
+        await service.submit(1)
+    async with service:
+        assert await service.submit(1) == 4
+    assert not service.ready
+    async with service:  # fresh workers, same definition
+        assert await asyncio.gather(*(service.submit(x) for x in range(5))) == [
+            (x + 1) ** 2 for x in range(5)
+        ]
+        with pytest.raises(RuntimeError, match="running already"):
+            await service.start()
+    assert not service.ready
+
+
+async def test_the_service_declares_its_types_routes_and_examples() -> None:
+    service = _check_servable(
+        Service(Stage(AddOne, mode="thread"), Stage(Square, mode="thread"), examples=[3])
+    )
+    assert (service.name, service.input_type, service.output_type) == ("Square", int, int)
+    assert dict(service.routes) == {
+        "AddOne": Route(int, int),
+        "Square": Route(int, int),
+    }
+    assert list(service.examples) == [3]
+    async with service:
+        assert await service.submit(3, route="Square") == 9
+        with pytest.raises(KeyError, match="no route 'Cube'"):
+            await service.submit(3, route="Cube")
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+async def test_an_item_error_fails_its_own_item_with_its_status(mode: str) -> None:
+    service = Service(Stage(RefusesNegatives, mode=mode, max_batch_size=8))
+    async with service:
+        outcomes = await asyncio.gather(
+            *(service.submit(x) for x in (1, -2, 13, 4)), return_exceptions=True
+        )
+    assert outcomes[0] == 2 and outcomes[3] == 8
+    assert isinstance(outcomes[1], ItemError) and outcomes[1].http_status == 422
+    assert str(outcomes[1]) == "-2 is negative"
+    assert isinstance(outcomes[2], ItemError) and outcomes[2].http_status == 400
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+async def test_an_item_error_is_the_http_answer(mode: str) -> None:
+    service = Service(Stage(RefusesNegatives, mode=mode))
+    async with serving(app(service)) as client:
+        replies: list[httpx.Response] = await asyncio.gather(
+            *(client.post("/predict", json=x) for x in (5, -1, 13))
+        )
+    assert [r.status_code for r in replies] == [200, 422, 400]
+    assert replies[1].json()["error"] == "ItemError"
+    assert replies[1].json()["message"] == "-1 is negative"
+    assert replies[2].json()["message"] == "13 is unlucky"
+
+
+async def test_an_item_error_from_a_batched_function_is_the_http_answer() -> None:
+    @microbatch.batch(max_batch_size=4)
+    async def refuse(xs: list[int]) -> list[int | ItemError]:
+        return [ItemError("no odd numbers", status=409) if x % 2 else x for x in xs]
+
+    async with serving(app(refuse)) as client:
+        odd, even = await asyncio.gather(
+            client.post("/predict", json=3), client.post("/predict", json=4)
+        )
+    assert (odd.status_code, odd.json()["message"], even.json()) == (409, "no odd numbers", 4)
