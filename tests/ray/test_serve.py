@@ -150,13 +150,13 @@ async def test_handle_callers_get_the_default_deadline_http_callers_get(cluster:
     )
     client = ServiceClient(handle)
     try:
+        assert (await client.submit(Point(2.0))).y == 4.0
         with pytest.raises(microbatch.DeadlineExceeded):
             await client.submit(Point(SLOW))  # the model takes 1 s
         with pytest.raises(microbatch.DeadlineExceeded):
             await client.submit(Point(SLOW), timeout_s=HANG_GUARD_S)
         with pytest.raises(ValueError, match="timeout_s must be a number >= 0"):
             await client.submit(Point(1.0), timeout_s=-1.0)
-        assert (await client.submit(Point(2.0))).y == 4.0
         async with httpx.AsyncClient(base_url=cluster.url, timeout=HANG_GUARD_S) as http:
             late = await http.post("/short/predict", json={"x": SLOW})
         assert (late.status_code, late.json()["error"]) == (504, "DeadlineExceeded")

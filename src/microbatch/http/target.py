@@ -4,7 +4,7 @@ behind one small interface (start, close, submit, readiness, stats, declared typ
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from .._hints import item_types
@@ -57,6 +57,7 @@ class ServiceTarget:
         names = [stage.name for stage in stages]
         several = len(stages) > 1 and len(set(names)) == len(names)
         self.routes = {s.name: item_types(s.model.predict) for s in stages} if several else {}
+        self.examples: Sequence[Any] = tuple(service.examples)
 
     @property
     def ready(self) -> bool:
@@ -90,6 +91,7 @@ class FunctionTarget:
         self.name = getattr(wrapped, "__name__", "model")
         self.input_type, self.output_type = item_types(wrapped)
         self.routes: dict[str, tuple[Any, Any]] = {}
+        self.examples: Sequence[Any] = tuple(getattr(function, "examples", ()))
         self._submit: Callable[..., Any] = (
             function if isinstance(function, AsyncBatchedFunction) else function.acall
         )
