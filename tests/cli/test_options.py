@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from microbatch.cli.options import COMMANDS, MODES, Mode, Option, build_parser, parse, serve_mode
-from microbatch.cli.serving import http_config, serve_settings
+from microbatch.cli._options import COMMANDS, MODES, Mode, Option, build_parser, parse, serve_mode
+from microbatch.cli._serving import http_config, serve_settings
 
 SERVE = COMMANDS["serve"]
 TARGET = "tests.http.models:double"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from microbatch.cli.on_ray import ray_plan
-from microbatch.cli.options import parse
+from microbatch.cli._on_ray import ray_plan
+from microbatch.cli._options import parse
 from microbatch.ray import ReplicaSettings, deployment_options, recipe_for
 
 from . import models

@@ -4,7 +4,7 @@
 :mod:`.load` offers closed- and open-loop load, :mod:`.bodies` finds request
 bodies, :mod:`.scrape` reads batch sizes from ``/metrics``, :mod:`.runner` runs a
 whole session, :mod:`.report` prints and plots it, and the command line
-is :mod:`microbatch.cli.bench`.
+is :mod:`microbatch.cli._bench`.
 """
 
 from .bodies import Bodies, BodyError, bodies_from_service, parse_body, read_body_file, sample

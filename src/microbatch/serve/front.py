@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import StageFailed
 from ..http.metrics import RequestCollector
 from ..stats import ServiceStats
-from .messages import STATE_INTERVAL_S, Cancel, Counts, Hello, Result, State, Submit
+from ._messages import STATE_INTERVAL_S, Cancel, Counts, Hello, Result, State, Submit
 from .relay import Channel, pack_item, unpack_outcome
 
 __all__ = ["RelayTarget"]

@@ -5,7 +5,7 @@ relays the decoded items here over a :class:`~microbatch.serve.relay.Channel`; t
 them to the one Service, so the items of every front share the same batches and
 the same model workers. Each outcome goes back to the front that asked.
 
-The messages are the dataclasses of :mod:`.messages`.
+The messages are the dataclasses of :mod:`._messages`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from ..http.metrics import RequestCounts
 from ..http.target import Target
-from .messages import STATE_INTERVAL_S, Cancel, Counts, Hello, Result, State, Submit
+from ._messages import STATE_INTERVAL_S, Cancel, Counts, Hello, Result, State, Submit
 from .relay import Channel, pack_outcome, unpack_item
 
 __all__ = ["Hub"]

@@ -6,7 +6,7 @@ that pickles: the HTTP layer itself never imports pickle.
 
 A :class:`Channel` is one end of a Unix socket pair, as an asyncio protocol. A
 message is any picklable value (``serve --workers`` sends the dataclasses of
-:mod:`.messages`; items and results travel inside them as pickles of their own, so
+:mod:`._messages`; items and results travel inside them as pickles of their own, so
 that one that cannot be read fails alone); what one side has to say in
 one turn of its event loop goes out as one frame (an 8-byte length, then a pickle of
 the list of messages): one write for a whole burst of requests or results. Writes

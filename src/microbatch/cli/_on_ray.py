@@ -1,12 +1,12 @@
 """``microbatch serve MODULE:ATTR --ray``: settings from the command line, then the
-application deployed on a Ray cluster (:mod:`microbatch.ray.serving`).
+application deployed on a Ray cluster (:mod:`microbatch.ray._serving`).
 
 What works here as in the other modes: the HTTP app's settings (``--timeout-ms``,
 ``--body-timeout-s``, ``--max-body-bytes``, ``--auth-token``) live in microbatch's
 ASGI app inside every replica, and the default deadline applies to
 ``DeploymentHandle`` callers too; ``--graceful-timeout-s`` is each replica's graceful
 shutdown timeout. Flags about microbatch's own HTTP server are refused by
-:mod:`.options` before anything here runs.
+:mod:`._options` before anything here runs.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 
 from ..http.app import HttpConfig
 from ..loading import load_target
-from .options import Parsed
-from .serving import configure_logging, http_config, warn_if_open
+from ._options import Parsed
+from ._serving import configure_logging, http_config, warn_if_open
 
 __all__ = ["RayPlan", "ray_plan", "run_serve_on_ray"]
 
@@ -49,8 +49,8 @@ def ray_plan(options: Parsed) -> RayPlan:
         ValueError: A setting is out of range.
         TypeError: The target is neither a Service nor a batched function.
     """
+    from ..ray._serving import RayServeSettings
     from ..ray.application import deployment
-    from ..ray.serving import RayServeSettings
     from ..ray.settings import ReplicaSettings
 
     served = load_target(options.target)
@@ -74,7 +74,7 @@ def run_serve_on_ray(options: Parsed) -> int:
     """Run ``microbatch serve --ray``; return the exit status (2: a bad target or
     setting, or no Ray; 1: the cluster or the deployment failed)."""
     try:
-        from ..ray.serving import serve_on_ray
+        from ..ray._serving import serve_on_ray
     except ImportError as error:
         print(f"microbatch serve --ray: {error}", file=sys.stderr)
         return 2

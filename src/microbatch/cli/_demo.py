@@ -8,7 +8,7 @@ import time
 
 from ..decorator import batch
 from ..stats import BatcherStats
-from .options import Parsed
+from ._options import Parsed
 
 __all__ = ["run", "run_demo"]
 

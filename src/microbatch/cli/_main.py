@@ -1,4 +1,4 @@
-"""The ``microbatch`` command: parse the command line (:mod:`.options`), run the command.
+"""The ``microbatch`` command: parse the command line (:mod:`._options`), run the command.
 
 Each command's module is imported when it runs, so that ``bench`` needs neither
 uvicorn nor Ray, and ``serve --ray`` without Ray is a clear message.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .options import parse
+from ._options import parse
 
 __all__ = ["main"]
 
@@ -22,21 +22,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parse(argv)
     if options.command == "serve":
         if options.ray:
-            from .on_ray import run_serve_on_ray
+            from ._on_ray import run_serve_on_ray
 
             return run_serve_on_ray(options)
-        from .serving import run_serve
+        from ._serving import run_serve
 
         return run_serve(options)
     if options.command == "bench":
-        from .bench import run as run_bench
+        from ._bench import run as run_bench
 
         return run_bench(options)
     if options.command == "tune":
-        from .tune import run as run_tune
+        from ._tune import run as run_tune
 
         return run_tune(options)
-    from .demo import run as run_demo
+    from ._demo import run as run_demo
 
     return run_demo(options)
 

@@ -386,16 +386,26 @@ def serve_mode(values: Mapping[str, Any]) -> Mode:
 def build_parser() -> argparse.ArgumentParser:
     """The ``microbatch`` parser, built from :data:`COMMANDS` (options without defaults:
     an option left out is absent from the namespace)."""
+    return _parsers()[0]
+
+
+def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The ``microbatch`` parser and each command's own."""
     parser = argparse.ArgumentParser(prog="microbatch", description="Dynamic batching for models.")
     parser.add_argument("--version", action="version", version=f"microbatch {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
+    subs: dict[str, argparse.ArgumentParser] = {}
     for command in COMMANDS.values():
-        sub = commands.add_parser(
+        subs[command.name] = sub = commands.add_parser(
             command.name,
             help=command.help,
             description=command.description or command.help,
             epilog=options_table() if command.name == "serve" else None,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
+            formatter_class=(
+                argparse.RawDescriptionHelpFormatter  # the table keeps its lines
+                if command.name == "serve"
+                else argparse.HelpFormatter
+            ),
         )
         groups: dict[str, Any] = {}
         for option in command.options:
@@ -405,7 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
                     groups[option.exclusive] = sub.add_mutually_exclusive_group()
                 target = groups[option.exclusive]
             target.add_argument(*option.flags, **_argparse_keywords(command, option))
-    return parser
+    return parser, subs
 
 
 def parse(argv: Sequence[str] | None = None) -> Parsed:
@@ -415,7 +425,7 @@ def parse(argv: Sequence[str] | None = None) -> Parsed:
     Raises:
         SystemExit: With status 2 and a message on stderr, for a bad command line.
     """
-    parser = build_parser()
+    parser, subs = _parsers()
     namespace = vars(parser.parse_args(argv))
     command = COMMANDS[namespace.pop("command")]
     values: dict[str, Any] = {}
@@ -433,7 +443,7 @@ def parse(argv: Sequence[str] | None = None) -> Parsed:
         mode = serve_mode(values)
         for option in command.options:
             if option.dest in given and mode not in option.modes and option.dest in namespace:
-                parser.error(
+                subs[command.name].error(
                     f"{option.name} does not work with {_MODE_NAMES[mode]}: {option.refused}"
                 )
     return Parsed(command.name, values, frozenset(given))

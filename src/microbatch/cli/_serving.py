@@ -10,9 +10,9 @@ import sys
 from ..http.app import HttpApp, HttpConfig
 from ..http.target import as_target
 from ..loading import load_target
+from ..serve._workers import serve_workers
 from ..serve.server import ServeSettings, serve
-from ..serve.workers import serve_workers
-from .options import Parsed
+from ._options import Parsed
 
 __all__ = ["http_config", "run_serve", "serve_settings"]
 

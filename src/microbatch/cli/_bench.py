@@ -11,7 +11,7 @@ from ..bench.parser import ProtocolError
 from ..bench.progress import Progress
 from ..bench.report import PlotUnavailable, plot, to_json, to_text
 from ..bench.runner import BenchPlan, BenchReport, run_bench, run_in_event_loop
-from .options import Parsed
+from ._options import Parsed
 
 __all__ = ["run"]
 

@@ -8,7 +8,7 @@ import sys
 from ..tune.advice import recommend
 from ..tune.measure import TuneError, load_service, measure_service
 from ..tune.report import PlotUnavailable, plot, to_json, to_text
-from .options import Parsed
+from ._options import Parsed
 
 __all__ = ["run"]
 
