@@ -442,7 +442,7 @@ def parse(argv: Sequence[str] | None = None) -> Parsed:
     if command is SERVE:
         mode = serve_mode(values)
         for option in command.options:
-            if option.dest in given and mode not in option.modes and option.dest in namespace:
+            if option.dest in namespace and mode not in option.modes:  # given on the line
                 subs[command.name].error(
                     f"{option.name} does not work with {_MODE_NAMES[mode]}: {option.refused}"
                 )
