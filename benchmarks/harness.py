@@ -1,16 +1,8 @@
 """What the HTTP benchmarks share: contenders in their own virtualenvs, servers started
 in their own process groups and stopped by that group's id, and ``wrk`` runs.
 
-Used by ``benchmarks/http.py`` (simple workloads) and ``benchmarks/real_model.py``
-(the embedding model). Load goes only to 127.0.0.1.
-
-A script in this folder that imports this module must first take this folder off
-the front of ``sys.path`` (``benchmarks/http.py`` would shadow the standard
-library's ``http`` package) and may then append it at the end::
-
-    HERE = Path(__file__).resolve().parent
-    sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != HERE]
-    sys.path.append(str(HERE))
+Used by ``benchmarks/http_serving.py`` (simple workloads), ``benchmarks/real_model.py``
+(the embedding model) and ``benchmarks/ray_serving.py``. Load goes only to 127.0.0.1.
 """
 
 from __future__ import annotations

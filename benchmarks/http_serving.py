@@ -2,8 +2,8 @@
 
 One command (creates the virtualenvs under ``benchmarks/.venvs/`` when missing)::
 
-    python3 benchmarks/http.py                       # everything: ~25 min
-    python3 benchmarks/http.py --duration 3 --warmup 1 --contenders mosec fastapi
+    python3 benchmarks/http_serving.py               # everything: ~25 min
+    python3 benchmarks/http_serving.py --duration 3 --warmup 1 --contenders mosec fastapi
 
 Needs ``wrk`` (``apt-get install -y wrk``) and, for the plot, matplotlib in the
 interpreter that runs this script (``.venv-bench/bin/pip install matplotlib``; the
@@ -22,28 +22,19 @@ Writes ``benchmarks/results/http.json``, ``http.md`` and ``http.png``. Timings o
 shared machine are noisy: compare the ratios within one run.
 """
 
-# ruff: noqa: E402  (imports follow the sys.path fix below)
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-# This file is named like the standard library's ``http`` package, and Python puts a
-# script's folder first on sys.path: drop it so ``urllib`` and ``http.client`` resolve,
-# and put it back last so that ``harness`` (beside this file) is found after the stdlib.
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != HERE]
-sys.path.append(str(HERE))
 
 import argparse
 import json
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from harness import (

@@ -39,17 +39,7 @@ their results from the last run). Timings on a shared machine are noisy: the rat
 within one run are what count.
 """
 
-# ruff: noqa: E402  (imports follow the sys.path fix below)
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-# ``benchmarks/http.py`` is named like the standard library's ``http`` package, and
-# Python puts a script's folder first on sys.path (spawned workers inherit it): drop
-# it, or ``import http.client`` (mpservice, urllib) finds the wrong file.
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != HERE]
 
 import argparse
 import asyncio
@@ -61,12 +51,14 @@ import pickle
 import platform
 import statistics
 import struct
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, nullcontext, suppress
 from multiprocessing import get_context
 from multiprocessing.connection import Connection
 from multiprocessing.shared_memory import SharedMemory
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -87,7 +79,7 @@ except ImportError as error:  # the table then has no mpservice rows
     print(f"(mpservice not importable: {error})", file=sys.stderr)
     mpserver = None
 
-RESULTS = HERE / "results" / "pipeline.json"
+RESULTS = Path(__file__).resolve().parent / "results" / "pipeline.json"
 BATCH = 64
 LATENCY_MS = 10.0
 SPAWN = get_context("spawn")

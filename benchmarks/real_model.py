@@ -33,16 +33,7 @@ Writes ``benchmarks/results/real_model.json``, ``real_model.md`` and ``real_mode
 Timings on a shared machine are noisy: compare within one run.
 """
 
-# ruff: noqa: E402  (imports follow the sys.path fix below)
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-# benchmarks/http.py would shadow the standard library's ``http``: this folder goes last.
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != HERE]
-sys.path.append(str(HERE))
 
 import argparse
 import json
@@ -51,10 +42,12 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from harness import (

@@ -1,4 +1,4 @@
-"""The Ray Serve contenders of ``benchmarks/ray.py``, on the simulated accelerator.
+"""The Ray Serve contenders of ``benchmarks/ray_serving.py``, on the simulated accelerator.
 
 * ``service``: microbatch's ``Service`` with one ``Stage`` (one model, max batch 64,
   ``max_latency_ms=10``, adaptive policy), deployed with ``microbatch.ray``;

@@ -91,8 +91,23 @@ def test_sample_values_fit_their_schemas(schema: dict[str, Any], expected: Any) 
 
 
 def test_a_schema_that_refers_to_itself_ends() -> None:
-    document = {"components": {"schemas": {"Node": {"$ref": "#/components/schemas/Node"}}}}
-    sample({"$ref": "#/components/schemas/Node"}, document)
+    """A ``$ref`` loop, and a type that holds itself, give a finite value: the loop
+    (no type to be found) any JSON value, the tree a bounded nesting."""
+    loop = {"components": {"schemas": {"Node": {"$ref": "#/components/schemas/Node"}}}}
+    assert sample({"$ref": "#/components/schemas/Node"}, loop) == 1.0
+    tree = {
+        "type": "object",
+        "properties": {"child": {"$ref": "#/components/schemas/Tree"}},
+        "required": ["child"],
+    }
+    document = {"components": {"schemas": {"Tree": tree}}}
+    body = sample({"$ref": "#/components/schemas/Tree"}, document)
+    depth = 0
+    while isinstance(body, dict):
+        assert list(body) == ["child"]
+        body, depth = body["child"], depth + 1
+    assert body is None
+    assert 1 < depth <= 20
 
 
 def _document(media: dict[str, Any]) -> dict[str, Any]:
@@ -115,3 +130,16 @@ def test_openapi_examples_are_found_where_openapi_and_json_schema_put_them(
 ) -> None:
     assert examples_in(_document(media), "/predict") == expected
     assert examples_in(_document(media), "/other") == []
+
+
+def test_the_declared_examples_are_published_and_found_before_any_made_up_body() -> None:
+    document = openapi_document(
+        "t", "0", Request, Request, auth=False, examples=[Request("hi"), Request("yo", 1)]
+    )
+    assert examples_in(document, "/predict") == [
+        {"text": "hi", "count": 3, "weights": [], "mode": None},
+        {"text": "yo", "count": 1, "weights": [], "mode": None},
+    ]
+    for value in examples_in(document, "/predict"):
+        msgspec.json.decode(msgspec.json.encode(value), type=Request)
+    assert examples_in(openapi_document("t", "0", Request, Request, auth=False), "/predict") == []

@@ -19,7 +19,7 @@ from microbatch.bench import (
     closed_loop,
     open_loop,
 )
-from microbatch.bench.command import run_in_event_loop
+from microbatch.bench.runner import run_in_event_loop
 
 Reply = Callable[[bytes], Awaitable[bytes | None]]
 """Request body -> raw reply bytes (None: stay silent)."""

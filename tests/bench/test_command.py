@@ -84,7 +84,7 @@ def test_closed_and_open_loop_against_a_two_stage_service(url: str, tmp_path: Pa
         url, "-c", "1,8", "--rate", "100", "-d", "1", "--warmup", "0.2", "--plot", str(png)
     )
     assert report["url"] == url + "/predict"
-    assert "made up from the OpenAPI schema" in report["bodies"]
+    assert report["bodies"] == "1 example(s) from /openapi.json"  # the service's examples
     runs = report["runs"]
     assert [(r["mode"], r["concurrency"], r["rate"]) for r in runs] == [
         ("closed", 1, None),

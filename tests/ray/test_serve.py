@@ -20,6 +20,7 @@ from ray import serve
 
 import microbatch
 from microbatch import Service, Stage
+from microbatch.http import HttpConfig
 from microbatch.ray import ServiceClient, application
 from microbatch.stats import ServiceStats
 
@@ -138,6 +139,29 @@ async def test_a_deadline_is_kept_inside_the_replica(deployed: Deployed) -> None
     async with httpx.AsyncClient(base_url=deployed.url, timeout=HANG_GUARD_S) as http:
         late = await http.post("/predict", json={"x": SLOW}, headers={"x-request-timeout-ms": "50"})
     assert (late.status_code, late.json()["error"]) == (504, "DeadlineExceeded")
+
+
+async def test_handle_callers_get_the_default_deadline_http_callers_get(cluster: Cluster) -> None:
+    """No ``timeout_s``: the deployment's default timeout (here 0.3 s, like
+    ``--timeout-ms 300``), not no deadline at all; a longer one is capped by it."""
+    short = HttpConfig(default_timeout_s=0.3)
+    handle = serve.run(
+        application(models.service, num_cpus=0.25, http=short), name="short", route_prefix="/short"
+    )
+    client = ServiceClient(handle)
+    try:
+        assert (await client.submit(Point(2.0))).y == 4.0
+        with pytest.raises(microbatch.DeadlineExceeded):
+            await client.submit(Point(SLOW))  # the model takes 1 s
+        with pytest.raises(microbatch.DeadlineExceeded):
+            await client.submit(Point(SLOW), timeout_s=HANG_GUARD_S)
+        with pytest.raises(ValueError, match="timeout_s must be a number >= 0"):
+            await client.submit(Point(1.0), timeout_s=-1.0)
+        async with httpx.AsyncClient(base_url=cluster.url, timeout=HANG_GUARD_S) as http:
+            late = await http.post("/short/predict", json={"x": SLOW})
+        assert (late.status_code, late.json()["error"]) == (504, "DeadlineExceeded")
+    finally:
+        serve.delete("short")
 
 
 async def test_a_batched_function_is_served_under_a_route_prefix(deployed: Deployed) -> None:

@@ -3,8 +3,8 @@
 :mod:`.parser` frames HTTP/1.1 responses, :mod:`.client` is the keep-alive client,
 :mod:`.load` offers closed- and open-loop load, :mod:`.bodies` finds request
 bodies, :mod:`.scrape` reads batch sizes from ``/metrics``, :mod:`.runner` runs a
-whole session, :mod:`.report` prints and plots it, and :mod:`.command` is the
-command line.
+whole session, :mod:`.report` prints and plots it, and the command line
+is :mod:`microbatch.cli._bench`.
 """
 
 from .bodies import Bodies, BodyError, bodies_from_service, parse_body, read_body_file, sample

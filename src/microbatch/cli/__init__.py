@@ -1,5 +1,5 @@
 """The ``microbatch`` command line: argv and the environment are read here only."""
 
-from .main import main
+from ._main import main
 
 __all__ = ["main"]

@@ -119,6 +119,7 @@ class HttpApp:
             target.output_type,
             auth=self.config.auth_token is not None,
             routes=target.routes,
+            examples=target.examples,
         )
         self._openapi_body = msgspec.json.encode(self.openapi)
         self._docs_body = docs_page(self.openapi)

@@ -118,8 +118,9 @@ def decode_hook(expected: Any, value: Any) -> Any:
     from nested lists.
 
     Raises:
-        ValueError: The lists are ragged or hold something that is not a number
-            (msgspec reports it as a validation error at its path).
+        ValueError: The lists are ragged, hold something that is not a number, or a
+            number the declared dtype cannot hold (300 for ``uint8``, 1e300 for
+            ``float32``); msgspec reports it as a validation error at its path.
         NotImplementedError: ``expected`` is not a numpy array type.
     """
     numpy = sys.modules.get("numpy")
@@ -129,12 +130,23 @@ def decode_hook(expected: Any, value: Any) -> Any:
         raise NotImplementedError(f"cannot decode {expected!r}")
     dtype = _declared_dtype(expected)
     try:
-        array = numpy.asarray(value, dtype=dtype)
+        # errstate is per context (numpy 2): a float cast that overflows raises here only
+        with numpy.errstate(over="raise"):
+            array = numpy.asarray(value, dtype=dtype)
+    except (OverflowError, FloatingPointError) as error:
+        kind = "the declared dtype" if dtype is None else numpy.dtype(dtype).name
+        raise ValueError(f"a number is out of range for {kind}: {_short(error)}") from None
     except (TypeError, ValueError) as error:
         raise ValueError(f"expected a numeric array: {error}") from None
     if array.dtype.kind not in "biufc":
         raise ValueError("expected a numeric array (nested lists of numbers)")
     return array
+
+
+def _short(error: BaseException, limit: int = 120) -> str:
+    """An error's message cut to ``limit`` characters (it may quote a 400-digit number)."""
+    text = str(error)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _declared_dtype(expected: Any) -> Any:

@@ -4,19 +4,22 @@ small self-contained HTML page that shows it (no scripts, no external assets).""
 from __future__ import annotations
 
 import html
+import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
 
-from .codecs import is_pydantic_model
+from .codecs import encode_hook, is_pydantic_model
 from .status import ErrorBody
 
 __all__ = ["docs_page", "openapi_document"]
 
 _MEDIA_TYPES = ("application/json", "application/msgpack")
 _REF = "#/components/schemas/{name}"
+
+logger = logging.getLogger("microbatch.http")
 
 
 def openapi_document(
@@ -27,6 +30,7 @@ def openapi_document(
     *,
     auth: bool,
     routes: Mapping[str, tuple[Any, Any]] | None = None,
+    examples: Sequence[Any] = (),
 ) -> dict[str, Any]:
     """An OpenAPI 3.1 document for ``POST /predict`` and the operational routes.
 
@@ -37,6 +41,9 @@ def openapi_document(
         output_type: The type of one result (the response body).
         auth: Predict and the other non-probe routes need a bearer token.
         routes: More entry points, ``POST /predict/{name}``: their item and result types.
+        examples: Example items of ``POST /predict`` (a Service's warm-up ``examples``),
+            published as the JSON request body's ``examples``; ``microbatch bench``
+            sends them. One that cannot be written as JSON is left out (and logged).
     """
     routes = dict(routes or {})
     pydantic_defs: dict[str, Any] = {}
@@ -99,6 +106,9 @@ def openapi_document(
         }
 
     predict = operation("One item in, its own result out", "predict", item, result)
+    published = _json_examples(examples)
+    if published:
+        predict["requestBody"]["content"]["application/json"]["examples"] = published
     paths: dict[str, Any] = {"/predict": {"post": predict}}
     pairs = zip(routes, route_schemas[::2], route_schemas[1::2], strict=True)
     for name, route_item, route_result in pairs:
@@ -133,6 +143,21 @@ def openapi_document(
         document["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
         document["paths"]["/metrics"]["get"]["security"] = security
     return document
+
+
+def _json_examples(examples: Sequence[Any]) -> dict[str, Any]:
+    """OpenAPI example objects (``{"example1": {"value": ...}}``) of the items that can
+    be written as JSON."""
+    published: dict[str, Any] = {}
+    for number, example in enumerate(examples, 1):
+        try:
+            value = msgspec.to_builtins(example, enc_hook=encode_hook)
+            msgspec.json.encode(value)
+        except (TypeError, ValueError, NotImplementedError, OverflowError) as error:
+            logger.warning("example %d is not published in OpenAPI: %s", number, error)
+            continue
+        published[f"example{number}"] = {"value": value}
+    return published
 
 
 def _schema_hook(kind: type) -> dict[str, Any]:

@@ -31,7 +31,7 @@ class FunctionTarget:
         self.name = getattr(wrapped, "__name__", "model")
         self.input_type, self.output_type = item_types(wrapped)
         self.routes: dict[str, Route] = {}
-        self.examples: tuple[Any, ...] = ()
+        self.examples: tuple[Any, ...] = tuple(getattr(function, "examples", ()))
         self._submit: Callable[..., Any] = (
             function if isinstance(function, AsyncBatchedFunction) else function.acall
         )

@@ -279,6 +279,4 @@ def _stage_batcher(pool: WorkerPool, stage: Stage) -> Batcher[Any, Any]:
     """The batcher in front of one stage's workers."""
     # A full batch may wait at a worker for the running one (workers queue it),
     # so the worker is told each item's deadline and leaves out expired ones.
-    return Batcher(
-        pool.run, stage.config, run_ahead=True, pass_deadlines=stage.config.rows is None
-    )
+    return Batcher(pool.run, stage.config, run_ahead=True, pass_deadlines=stage.config.rows is None)

@@ -30,6 +30,7 @@ class ReplicaOptions(TypedDict, total=False):
     max_ongoing_requests: int | None
     stage_mode: StageMode
     ray_actor_options: Mapping[str, Any]
+    graceful_shutdown_timeout_s: float | None
 
 
 def deployment(
@@ -71,7 +72,9 @@ def deployment_options(
         "ray_actor_options": settings.actor_options(),
         **settings.scaling(recipe.items_per_replica),
     }
-    if isinstance(recipe, ServiceRecipe):
+    if settings.graceful_shutdown_timeout_s is not None:
+        options["graceful_shutdown_timeout_s"] = settings.graceful_shutdown_timeout_s
+    elif isinstance(recipe, ServiceRecipe):
         options["graceful_shutdown_timeout_s"] = recipe.grace_s + _SHUTDOWN_MARGIN_S
     return options
 

@@ -37,7 +37,10 @@ class ServiceClient:
 
         Args:
             item: The item.
-            timeout_s: The item's deadline, from its arrival at the replica.
+            timeout_s: Seconds the item may take, from its arrival at the replica;
+                at most, and by default, the deployment's default timeout (its
+                ``HttpConfig.default_timeout_s``: 30 s unless told otherwise), the same
+                as an HTTP request gets.
 
         Raises:
             WorkerDied: The replica holding the item died.

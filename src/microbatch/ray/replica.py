@@ -10,7 +10,6 @@ it stops (the service drains and stops). ``DeploymentHandle`` callers reach
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from ray import serve
@@ -20,6 +19,7 @@ from ..http.app import HttpApp, HttpConfig
 from ..http.asgi import Receive, Scope, Send
 from ..http.target import as_target
 from ..stats import ServiceStats
+from ..types import deadline_from
 from .recipe import Recipe
 from .settings import StageMode
 
@@ -68,18 +68,27 @@ class Replica:
     async def submit(self, item: Any, timeout_s: float | None = None) -> Any:
         """Run one item through the service and return its result.
 
+        The item enters here: its deadline is worked out once, in the replica's clock,
+        and carried down. Without ``timeout_s`` it gets the same default as an HTTP
+        request (``HttpConfig.default_timeout_s``, ``serve --timeout-ms``), which
+        ``timeout_s`` may lower but not raise.
+
         Args:
             item: The item, as the service's first stage takes it.
-            timeout_s: Deadline from now, measured in the replica.
+            timeout_s: Seconds from now the caller will wait, measured in the replica.
 
         Raises:
+            ValueError: ``timeout_s`` is negative or not a number.
             Whatever the service raises for this item (``Overloaded``,
             ``DeadlineExceeded``, the model's error, ...); Ray carries it back.
         """
         if self._http.draining:
             raise BatcherClosed("the replica is shutting down")
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        return await self._http.target.submit(item, deadline=deadline)
+        return await self._http.target.submit(item, deadline=self.deadline(timeout_s))
+
+    def deadline(self, timeout_s: float | None) -> float | None:
+        """The deadline of an item a handle caller submits now (see :meth:`submit`)."""
+        return deadline_from(timeout_s, deadline_from(self._http.config.default_timeout_s))
 
     async def stats(self) -> ServiceStats:
         """This replica's counters: its stages' workers and batching."""

@@ -44,6 +44,9 @@ class ReplicaSettings:
         ray_actor_options: More options for the replica actors (``runtime_env``,
             ``memory``, ``resources``, ``accelerator_type``, ...); CPUs and GPUs are
             set by ``num_cpus`` and ``num_gpus``.
+        graceful_shutdown_timeout_s: How long a stopping replica may take to finish
+            the requests it holds before Ray kills it. Default: a Service's own grace
+            period plus a margin (Ray's default for a batched function).
 
     Raises:
         ValueError: A setting is out of range, or both ``num_replicas`` and
@@ -57,6 +60,7 @@ class ReplicaSettings:
     max_ongoing_requests: int | None = None
     stage_mode: StageMode = "thread"
     ray_actor_options: Mapping[str, Any] = field(default_factory=dict)
+    graceful_shutdown_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.num_replicas is not None and self.autoscaling is not None:
@@ -69,6 +73,11 @@ class ReplicaSettings:
             value = getattr(self, name)
             if not _is_real(value) or not 0 <= value < math.inf:
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        grace = self.graceful_shutdown_timeout_s
+        if grace is not None and (not _is_real(grace) or not 0 < grace < math.inf):
+            raise ValueError(
+                f"graceful_shutdown_timeout_s must be a finite number > 0, got {grace!r}"
+            )
         if self.stage_mode not in ("thread", "process"):
             raise ValueError(f"stage_mode must be 'thread' or 'process', got {self.stage_mode!r}")
         if self.autoscaling is not None and not isinstance(self.autoscaling, Mapping):

@@ -11,15 +11,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import StageFailed
 from ..http.metrics import RequestCollector
 from ..stats import ServiceStats
 from ..types import Route
-from .hub import CANCEL, COUNTS, HELLO, RESULT, STATE, STATE_INTERVAL_S, SUBMIT
-from .relay import Channel, Message, pack_item, unpack_outcome
+from ._messages import STATE_INTERVAL_S, Cancel, Counts, Hello, Result, State, Submit
+from .relay import Channel, pack_item, unpack_outcome
 
 __all__ = ["RelayTarget"]
 
@@ -35,6 +35,7 @@ class RelayTarget:
         routes: The served model's routes (see :attr:`.target.Target.routes`).
         on_hub_lost: Called if the hub goes away while this target is open (a front
             process shuts itself down then: nothing it takes could be answered).
+        examples: The served model's example items (published in OpenAPI).
     """
 
     def __init__(
@@ -45,12 +46,13 @@ class RelayTarget:
         sock: socket.socket,
         routes: Mapping[str, Route] | None = None,
         on_hub_lost: Callable[[], None] | None = None,
+        examples: Sequence[Any] = (),
     ) -> None:
         self.name = name
         self.input_type = input_type
         self.output_type = output_type
         self.routes = dict(routes or {})
-        self.examples: tuple[Any, ...] = ()
+        self.examples = tuple(examples)
         self.requests: RequestCollector | None = None  # whose counts go to the hub
         self._sock = sock
         self._on_hub_lost = on_hub_lost
@@ -73,7 +75,7 @@ class RelayTarget:
         loop = asyncio.get_running_loop()
         self._told = loop.create_future()
         await loop.connect_accepted_socket(lambda: self._channel, self._sock)
-        self._channel.post((HELLO,))
+        self._channel.post(Hello())
         await self._told
         self._timer = loop.call_later(STATE_INTERVAL_S, self._report_counts)
 
@@ -83,7 +85,7 @@ class RelayTarget:
         if self._timer is not None:
             self._timer.cancel()
         if self.requests is not None and self._channel.open:
-            self._channel.post((COUNTS, self.requests.snapshot()))
+            self._channel.post(Counts(self.requests.snapshot()))
         self._channel.close()
 
     async def submit(
@@ -96,12 +98,12 @@ class RelayTarget:
         answer = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = answer
         packed = pack_item(item)
-        self._channel.post((SUBMIT, request_id, packed, deadline, route))
+        self._channel.post(Submit(request_id, packed, deadline, route))
         try:
             packed = await answer
         except asyncio.CancelledError:
             if self._waiting.pop(request_id, None) is not None:
-                self._channel.post((CANCEL, request_id))
+                self._channel.post(Cancel(request_id))
             raise
         return unpack_outcome(packed)
 
@@ -109,16 +111,15 @@ class RelayTarget:
         """The service's stats, as the hub last told them."""
         return ServiceStats(False, self._closing, 0, ()) if self._stats is None else self._stats
 
-    def _on_message(self, message: Message) -> None:
-        kind = message[0]
-        if kind == RESULT:
-            answer = self._waiting.pop(message[1], None)
+    def _on_message(self, message: object) -> None:
+        if isinstance(message, Result):
+            answer = self._waiting.pop(message.request_id, None)
             if answer is not None and not answer.done():
-                answer.set_result(message[2])
-        elif kind == STATE:
-            _, self._ready, self._stats, others = message
+                answer.set_result(message.outcome)
+        elif isinstance(message, State):
+            self._ready, self._stats = message.ready, message.stats
             if self.requests is not None:
-                self.requests.others = others
+                self.requests.others = message.others
             if self._told is not None and not self._told.done():
                 self._told.set_result(None)
 
@@ -136,5 +137,5 @@ class RelayTarget:
 
     def _report_counts(self) -> None:
         if self.requests is not None:
-            self._channel.post((COUNTS, self.requests.snapshot()))
+            self._channel.post(Counts(self.requests.snapshot()))
         self._timer = asyncio.get_running_loop().call_later(STATE_INTERVAL_S, self._report_counts)

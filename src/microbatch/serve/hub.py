@@ -5,19 +5,7 @@ relays the decoded items here over a :class:`~microbatch.serve.relay.Channel`; t
 them to the one Service, so the items of every front share the same batches and
 the same model workers. Each outcome goes back to the front that asked.
 
-The messages (tuples; the first element is the kind):
-
-front to hub
-    ``(HELLO,)`` once the front has connected; ``(SUBMIT, id, item, deadline,
-    route)`` (the item pickled on its own; the deadline in ``time.monotonic()`` time,
-    which every process of the machine shares; the route or None);
-    ``(CANCEL, id)`` when the caller went away; ``(COUNTS, RequestCounts)`` now and
-    then: the requests the front has served, for everybody's ``/metrics``.
-hub to front
-    ``(RESULT, id, outcome)``: a pickle of ``(True, result)`` or ``(False, error)``
-    (see :func:`~microbatch.serve.relay.pack_outcome`); ``(STATE, ready, ServiceStats, others)``
-    on connecting and every :data:`STATE_INTERVAL_S`: readiness, the service's
-    stats and the request counts of the other fronts.
+The messages are the dataclasses of :mod:`._messages`.
 """
 
 from __future__ import annotations
@@ -29,29 +17,10 @@ from typing import Any
 
 from ..http.metrics import RequestCounts
 from ..http.target import Target
-from .relay import Channel, Message, pack_outcome, unpack_item
+from ._messages import STATE_INTERVAL_S, Cancel, Counts, Hello, Result, State, Submit
+from .relay import Channel, pack_outcome, unpack_item
 
-__all__ = [
-    "CANCEL",
-    "COUNTS",
-    "HELLO",
-    "RESULT",
-    "STATE",
-    "STATE_INTERVAL_S",
-    "SUBMIT",
-    "Hub",
-]
-
-HELLO = "hello"
-SUBMIT = "submit"
-CANCEL = "cancel"
-COUNTS = "counts"
-RESULT = "result"
-STATE = "state"
-
-STATE_INTERVAL_S = 0.5
-"""How often the hub tells every front its readiness and stats (and how often the
-fronts report their request counts): how stale a probe or a scrape may be."""
+__all__ = ["Hub"]
 
 
 class Hub:
@@ -102,14 +71,14 @@ class Hub:
             link.channel.post(self._state_for(index))
         self._timer = asyncio.get_running_loop().call_later(STATE_INTERVAL_S, self._tell_state)
 
-    def _state_for(self, index: int) -> Message:
+    def _state_for(self, index: int) -> State:
         others = RequestCounts()
         others.add(self._retired)
         for peer, link in self._links.items():
             if peer != index:
                 others.add(link.counts)
         ready = self.target.ready and not self.draining
-        return (STATE, ready, self.target.stats(), others)
+        return State(ready, self.target.stats(), others)
 
 
 class _FrontLink:
@@ -131,32 +100,34 @@ class _FrontLink:
         if not self.hello.done():
             self.hello.set_exception(ConnectionError(f"front {self.index} went away"))
 
-    def _on_message(self, message: Message) -> None:
-        kind = message[0]
-        if kind == SUBMIT:
-            _, request_id, packed, deadline, route = message
-            try:
-                item = unpack_item(packed)
-            except Exception as error:
-                self.channel.post((RESULT, request_id, pack_outcome(False, error)))
-                return
-            task = asyncio.get_running_loop().create_task(
-                self.hub.target.submit(item, deadline=deadline, route=route)
-            )
-            self.tasks[request_id] = task
-            task.add_done_callback(partial(self._finished, request_id))
-        elif kind == CANCEL:
-            cancelled = self.tasks.get(message[1])
+    def _on_message(self, message: object) -> None:
+        if isinstance(message, Submit):
+            self._submit(message)
+        elif isinstance(message, Cancel):
+            cancelled = self.tasks.get(message.request_id)
             if cancelled is not None:
                 cancelled.cancel()
-        elif kind == COUNTS:
-            self.counts = message[1]
-        elif kind == HELLO and not self.hello.done():
+        elif isinstance(message, Counts):
+            self.counts = message.counts
+        elif isinstance(message, Hello) and not self.hello.done():
             self.hello.set_result(None)
+
+    def _submit(self, message: Submit) -> None:
+        request_id = message.request_id
+        try:
+            item = unpack_item(message.item)
+        except Exception as error:
+            self.channel.post(Result(request_id, pack_outcome(False, error)))
+            return
+        task = asyncio.get_running_loop().create_task(
+            self.hub.target.submit(item, deadline=message.deadline, route=message.route)
+        )
+        self.tasks[request_id] = task
+        task.add_done_callback(partial(self._finished, request_id))
 
     def _finished(self, request_id: int, task: asyncio.Task[Any]) -> None:
         if self.tasks.pop(request_id, None) is None or task.cancelled():
             return  # the front asked to cancel it, or is gone
         error = task.exception()
         outcome = pack_outcome(True, task.result()) if error is None else pack_outcome(False, error)
-        self.channel.post((RESULT, request_id, outcome))
+        self.channel.post(Result(request_id, outcome))

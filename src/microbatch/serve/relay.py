@@ -5,8 +5,9 @@ Besides the pipeline's worker pipes, this is the one place outside ``pipeline/``
 that pickles: the HTTP layer itself never imports pickle.
 
 A :class:`Channel` is one end of a Unix socket pair, as an asyncio protocol. A
-message is a tuple of plain values (items and results travel inside as pickles of
-their own, so that one that cannot be read fails alone); what one side has to say in
+message is any picklable value (``serve --workers`` sends the dataclasses of
+:mod:`._messages`; items and results travel inside them as pickles of their own, so
+that one that cannot be read fails alone); what one side has to say in
 one turn of its event loop goes out as one frame (an 8-byte length, then a pickle of
 the list of messages): one write for a whole burst of requests or results. Writes
 never block the event loop (the transport buffers), so two busy sides cannot
@@ -29,7 +30,8 @@ from ..errors import MicrobatchError, RemoteError
 
 __all__ = ["Channel", "Message", "pack_item", "pack_outcome", "unpack_item", "unpack_outcome"]
 
-Message = tuple[Any, ...]
+Message = object
+"""What a :class:`Channel` carries: any picklable value."""
 
 _LENGTH = struct.Struct("<Q")
 _JOIN_LIMIT = 64 * 1024  # smaller payloads are copied behind their length: one write

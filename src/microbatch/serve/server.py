@@ -1,4 +1,4 @@
-"""``microbatch serve MODULE:ATTR``: the HTTP app under uvicorn (uvloop, httptools).
+"""The HTTP server of ``microbatch serve``: the ASGI app under uvicorn (uvloop, httptools).
 
 On top of uvicorn: an absolute deadline and a size cap on reading request headers
 (against slow or endless headers), a socket bound before serving so that port 0
@@ -8,17 +8,12 @@ readiness to 503 at once before uvicorn's graceful shutdown, with exit status 0.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import gc
-import ipaddress
-import logging
 import math
-import os
 import signal
 import socket
-import sys
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,20 +21,11 @@ from dataclasses import dataclass
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from ..http.app import HttpApp, HttpConfig
+from ..http.app import HttpApp
 from ..http.asgi import BODY_DEADLINE_EXTENSION, DISCONNECT_EXTENSION
-from ..http.target import as_target
-from ..loading import load_target
 
-__all__ = [
-    "HeaderGuardedProtocol",
-    "ServeSettings",
-    "add_serve_arguments",
-    "run_serve",
-    "serve",
-]
+__all__ = ["HeaderGuardedProtocol", "ServeSettings", "bind", "listen_url", "serve"]
 
-logger = logging.getLogger("microbatch.http")
 
 _REQUEST_TIMEOUT = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 _HEADERS_TOO_LARGE = (
@@ -379,104 +365,3 @@ def bind(host: str, port: int) -> socket.socket:
         sock.close()
         raise
     return sock
-
-
-def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    """Declare the ``serve`` subcommand's arguments on ``parser``."""
-    defaults = ServeSettings()
-    parser.add_argument("target", metavar="MODULE:ATTR", help="a Service or @batch function")
-    parser.add_argument("--host", default=defaults.host, help="address to bind (127.0.0.1)")
-    parser.add_argument("--port", type=int, default=defaults.port, help="0 picks a free port")
-    parser.add_argument(
-        "--workers",
-        type=_positive_int,
-        default=1,
-        help="HTTP processes in front of the one Service (default 1: HTTP in this process)",
-    )
-    parser.add_argument(
-        "--auth-token",
-        default=None,
-        help="bearer token required on non-probe routes (or env MICROBATCH_AUTH_TOKEN)",
-    )
-    parser.add_argument(
-        "--max-body-bytes", type=int, default=HttpConfig.max_body_bytes, help="413 above it"
-    )
-    parser.add_argument(
-        "--timeout-ms",
-        type=float,
-        default=HttpConfig.default_timeout_s * 1000,
-        help="each request's deadline (504 past it)",
-    )
-    parser.add_argument(
-        "--graceful-timeout-s",
-        type=float,
-        default=defaults.graceful_timeout_s,
-        help="on SIGTERM, longest wait for in-flight requests",
-    )
-    parser.add_argument(
-        "--header-timeout-s",
-        type=float,
-        default=defaults.header_timeout_s,
-        help="longest time to receive a request's headers (then 408 and close)",
-    )
-    parser.add_argument(
-        "--body-timeout-s",
-        type=float,
-        default=HttpConfig.body_timeout_s,
-        help="longest time to receive a request's body once its headers are in (then 408)",
-    )
-    parser.add_argument(
-        "--log-level", default=defaults.log_level, choices=["debug", "info", "warning", "error"]
-    )
-
-
-def run_serve(args: argparse.Namespace) -> int:
-    """Run ``microbatch serve`` with parsed arguments; return the exit status."""
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    token = args.auth_token or os.environ.get("MICROBATCH_AUTH_TOKEN") or None
-    try:
-        served = load_target(args.target)
-        app = HttpApp(
-            as_target(served),
-            HttpConfig(
-                max_body_bytes=args.max_body_bytes,
-                default_timeout_s=args.timeout_ms / 1000.0,
-                body_timeout_s=args.body_timeout_s,
-                auth_token=token,
-            ),
-        )
-    except (ImportError, AttributeError, ValueError, TypeError) as error:
-        print(f"microbatch serve: {error}", file=sys.stderr)
-        return 2
-    if token is None and not _is_loopback(args.host):
-        logger.warning(
-            "serving on %s without --auth-token: anyone who can reach it may call it", args.host
-        )
-    settings = ServeSettings(
-        host=args.host,
-        port=args.port,
-        graceful_timeout_s=args.graceful_timeout_s,
-        header_timeout_s=args.header_timeout_s,
-        log_level=args.log_level,
-    )
-    if args.workers > 1:
-        from .workers import serve_workers  # it imports this module: not at the top
-
-        return serve_workers(args.target, served, app.config, settings, args.workers)
-    return serve(app, settings)
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
-    return value
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"

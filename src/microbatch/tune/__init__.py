@@ -1,7 +1,7 @@
 """``microbatch tune``: measure a service's models, advise batching settings.
 
 :mod:`.advice` holds the arithmetic (pure), :mod:`.measure` the in-process timing,
-:mod:`.report` the text, JSON and plot, and :mod:`.command` the command line.
+:mod:`.report` the text, JSON and plot, and the command line is :mod:`microbatch.cli._tune`.
 """
 
 from .advice import Advice, Measurement, StageAdvice, StageCurve, knee, recommend

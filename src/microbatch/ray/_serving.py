@@ -1,5 +1,5 @@
-"""``microbatch serve MODULE:ATTR --ray``: deploy the service on a Ray cluster, serve
-until SIGTERM or Ctrl-C, then take it down.
+"""Deploy an application on a Ray cluster, serve until SIGTERM or Ctrl-C, then take it
+down (what ``microbatch serve MODULE:ATTR --ray`` runs).
 
 Without ``--ray-address`` a Ray instance is started for this process alone and
 stopped with it; with one (``auto`` for the cluster that ``ray start`` began on this
@@ -9,13 +9,10 @@ again on exit, leaving the cluster running.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
-import os
 import signal
 import socket
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,12 +21,7 @@ from types import FrameType
 import ray
 from ray import serve
 
-from ..http.app import HttpConfig
-from ..loading import load_target
-from .application import deployment
-from .settings import ReplicaSettings
-
-__all__ = ["ClusterUnreachable", "RayServeSettings", "run_on_ray", "serve_on_ray"]
+__all__ = ["ClusterUnreachable", "RayServeSettings", "serve_on_ray"]
 
 logger = logging.getLogger("microbatch.ray")
 
@@ -82,41 +74,6 @@ def serve_on_ray(application: object, settings: RayServeSettings) -> int:
         finally:
             _take_down(settings)
     return 0
-
-
-def run_on_ray(args: argparse.Namespace) -> int:
-    """Run ``microbatch serve --ray`` with parsed arguments; return the exit status."""
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    token = args.auth_token or os.environ.get("MICROBATCH_AUTH_TOKEN") or None
-    try:
-        served = load_target(args.target)
-        replicas = ReplicaSettings(
-            num_replicas=args.replicas,
-            num_cpus=args.replica_cpus,
-            num_gpus=args.replica_gpus,
-            stage_mode=args.replica_stages,
-        )
-        http = HttpConfig(
-            max_body_bytes=args.max_body_bytes,
-            default_timeout_s=args.timeout_ms / 1000.0,
-            auth_token=token,
-        )
-        application = deployment(served, replicas, http=http)
-    except (ImportError, AttributeError, ValueError, TypeError) as error:
-        print(f"microbatch serve: {error}", file=sys.stderr)
-        return 2
-    address = args.ray_address or os.environ.get("RAY_ADDRESS") or None
-    settings = RayServeSettings(address, args.host, args.port, log_level=args.log_level)
-    try:
-        return serve_on_ray(application, settings)
-    except ConnectionError as error:
-        print(f"microbatch serve --ray: {error}", file=sys.stderr)
-        return 1
-    except RuntimeError as error:
-        print(f"microbatch serve --ray: the service did not deploy: {error}", file=sys.stderr)
-        return 1
 
 
 @contextlib.contextmanager

@@ -80,6 +80,7 @@ def run_front(
         relay,
         routes=local.routes,
         on_hub_lost=_terminate_self,
+        examples=local.examples,
     )
     app = HttpApp(target, config)
     target.requests = app.metrics.requests

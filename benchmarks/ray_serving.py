@@ -2,8 +2,8 @@
 
 One command, from the repository root, in an environment with ``microbatch[ray]``::
 
-    .venv/bin/python benchmarks/ray.py                            # ~7 min
-    .venv/bin/python benchmarks/ray.py --duration 3 --warmup 1 --levels 64   # quick
+    .venv/bin/python benchmarks/ray_serving.py                    # ~7 min
+    .venv/bin/python benchmarks/ray_serving.py --duration 3 --warmup 1 --levels 64   # quick
 
 Needs ``wrk`` (``apt-get install -y wrk``). Starts a local Ray instance (``--num-cpus``,
 default 2; no dashboard) with Ray Serve's HTTP proxy on a free port of 127.0.0.1, and
@@ -20,7 +20,7 @@ deploys each contender in turn as the only application:
 Each at 1 and 2 replicas (1 CPU each), checked for correctness (concurrent distinct
 inputs, every ``y == 2x``), then driven through the proxy by ``wrk`` in closed loop at
 each connection level (warm-up, then the measured run; the wrk script and runner are
-``benchmarks/http.py``'s). The model is the simulated accelerator of
+``benchmarks/http_serving.py``'s). The model is the simulated accelerator of
 ``benchmarks/servers/workloads.py`` (``sleep(2 ms + 20 us x batch)``); each replica
 counts its batches (mean batch size). During every measured run the CPU time of each
 process is read from ``/proc``: where the time goes (proxy, replicas, wrk, the rest
@@ -30,25 +30,16 @@ Writes ``benchmarks/results/ray.json`` and ``ray.md``. The machine is shared: co
 ratios within one run.
 """
 
-# ruff: noqa: E402  (imports follow the sys.path fix below)
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# This file is named like the ``ray`` package, and Python puts a script's folder first
-# on sys.path (and Ray would hand that folder to its workers): drop it.
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != HERE]
-
 import argparse
-import importlib.util
 import json
 import os
 import platform
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -56,32 +47,22 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
-
-ROOT = HERE.parent
-SERVERS = HERE / "servers"
-RESULTS = HERE / "results"
-sys.path.insert(0, str(SERVERS))
 
 import ray
 from ray import serve
+
+import http_serving
+from harness import RESULTS, ROOT, SERVERS, run_wrk
+
+sys.path.insert(0, str(SERVERS))
+
 from workloads import MAX_BATCH, MAX_WAIT_MS, read_counter
 
 import microbatch
 import microbatch.ray
 
-
-def _load_http_harness() -> Any:
-    """``benchmarks/http.py`` (its wrk runner and Lua scripts), under another name."""
-    spec = importlib.util.spec_from_file_location("bench_http", HERE / "http.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_http"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-HARNESS = _load_http_harness()
 LEVELS = [16, 64, 256]
 HAPROXY_FLAG = "RAY_SERVE_ENABLE_HA_PROXY"
 PROXIES = {
@@ -261,13 +242,13 @@ def batches_so_far(directory: Path) -> tuple[int, int]:
 def measure(url: str, script: Path, counters: Path, connections: int, args: Any) -> dict[str, Any]:
     """Warm up, then one measured wrk run; throughput, latency, batches, CPU by role."""
     if args.warmup > 0:
-        HARNESS.run_wrk(url, script, connections, args.warmup)
+        run_wrk(url, script, connections, args.warmup)
     before_batches, before_cpu = batches_so_far(counters), cpu_ticks(os.getpid())
     load_before = os.getloadavg()[0]
     # wrk is our child too: its CPU is read from its own rusage below.
     started = time.perf_counter()
     usage_before = os.times()
-    summary = HARNESS.run_wrk(url, script, connections, args.duration)
+    summary = run_wrk(url, script, connections, args.duration)
     usage_after = os.times()
     elapsed = time.perf_counter() - started
     after_batches, after_cpu = batches_so_far(counters), cpu_ticks(os.getpid())
@@ -299,7 +280,7 @@ def measure(url: str, script: Path, counters: Path, connections: int, args: Any)
 
 def bench(contender: Contender, url: str, work: Path, args: Any) -> dict[str, Any]:
     counters = work / "counters"  # every replica counts into its own file here
-    script = HARNESS.lua_script("sim", work)
+    script = http_serving.lua_script("sim", work)
     label = f"[{contender.name} x{contender.replicas}]"
     with deployed(contender, args.max_ongoing):
         correctness = check_correct(url)

@@ -1,0 +1,492 @@
+"""The command line's one options table: every flag of every command, where it works,
+and the environment variable it falls back to.
+
+``serve`` runs in three modes (``plain``: HTTP in the serving process; ``workers``:
+``--workers N`` HTTP processes in front of one hub; ``ray``: ``--ray``, replicas behind
+Ray Serve's proxy). Each of its flags names the modes it works in; given in any other
+mode it is refused, with a message naming the flag, the mode, and why.
+
+The parser is built from the table with no defaults of its own, so that what the user
+gave is told apart from what was left out; :func:`parse` then fills in the environment
+and the defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .. import __version__
+from ..http.app import HttpConfig
+
+__all__ = [
+    "COMMANDS",
+    "MODES",
+    "Command",
+    "Mode",
+    "Option",
+    "Parsed",
+    "build_parser",
+    "options_table",
+    "parse",
+    "serve_mode",
+]
+
+Mode = Literal["plain", "workers", "ray"]
+MODES: tuple[Mode, ...] = ("plain", "workers", "ray")
+_EVERY_MODE = frozenset(MODES)
+_MODE_NAMES: Mapping[Mode, str] = {
+    "plain": "serve",
+    "workers": "serve --workers N",
+    "ray": "serve --ray",
+}
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0 (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """A finite number >= 0 (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """``1,16,64`` (argparse type)."""
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"expected integers like 1,16,64, got {text!r}") from error
+
+
+def float_list(text: str) -> tuple[float, ...]:
+    """``100,500`` (argparse type)."""
+    try:
+        return tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"expected numbers like 100,500, got {text!r}") from error
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One flag (or positional argument) of one command.
+
+    Attributes:
+        flags: ``("--port",)``, ``("-c", "--concurrency")``, or a positional's name.
+        help: What it does (the mode notes are added to it).
+        default: Its value when neither given nor in the environment.
+        type: Converts the text given (argparse type).
+        action: ``store_true`` or ``append``; None: one value.
+        choices: The values allowed.
+        metavar: Its value's name in the help.
+        env: An environment variable read when the flag is not given.
+        modes: ``serve`` only: the modes it works in.
+        refused: ``serve`` only: why it does not work in the other modes.
+        exclusive: Options of one command sharing this name exclude each other.
+    """
+
+    flags: tuple[str, ...]
+    help: str
+    default: Any = None
+    type: Callable[[str], Any] | None = None
+    action: Literal["store_true", "append"] | None = None
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+    env: str | None = None
+    modes: frozenset[Mode] = _EVERY_MODE
+    refused: str = ""
+    exclusive: str | None = None
+
+    @property
+    def dest(self) -> str:
+        """The attribute it is parsed into."""
+        name = next((flag for flag in self.flags if flag.startswith("--")), self.flags[0])
+        return name.lstrip("-").replace("-", "_")
+
+    @property
+    def name(self) -> str:
+        """How messages name it: its long flag."""
+        return next((flag for flag in self.flags if flag.startswith("--")), self.flags[0])
+
+    @property
+    def positional(self) -> bool:
+        """A positional argument (always given)."""
+        return not self.flags[0].startswith("-")
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One sub-command: its help and its options."""
+
+    name: str
+    help: str
+    options: tuple[Option, ...]
+    description: str | None = None
+
+
+_TOKEN_ENV = "MICROBATCH_AUTH_TOKEN"
+_NOT_RAY_HTTP = "Ray Serve's proxy speaks HTTP there, not microbatch's server"
+_RAY_ONLY = "it sets up Ray Serve replicas; add --ray"
+
+SERVE = Command(
+    "serve",
+    "serve a Service or @batch function over HTTP",
+    (
+        Option(("target",), "a Service or @batch function", metavar="MODULE:ATTR"),
+        Option(("--host",), "address to bind (--ray: Ray's proxy)", default="127.0.0.1"),
+        Option(("--port",), "port to bind; 0 picks a free one", default=8000, type=int),
+        Option(
+            ("--workers",),
+            "HTTP processes in front of the one Service (1: HTTP in the serving process)",
+            default=1,
+            type=positive_int,
+            modes=frozenset({"plain", "workers"}),
+            refused="Ray's replicas are the processes there: use --replicas",
+        ),
+        Option(
+            ("--auth-token",),
+            "bearer token required on non-probe routes",
+            env=_TOKEN_ENV,
+        ),
+        Option(
+            ("--max-body-bytes",),
+            "413 above it",
+            default=HttpConfig.max_body_bytes,
+            type=positive_int,
+        ),
+        Option(
+            ("--timeout-ms",),
+            "each request's deadline, HTTP and Ray handle callers alike (504 past it)",
+            default=HttpConfig.default_timeout_s * 1000,
+            type=positive_float,
+        ),
+        Option(
+            ("--body-timeout-s",),
+            "longest time to receive a request's body once its headers are in (then 408)",
+            default=HttpConfig.body_timeout_s,
+            type=positive_float,
+        ),
+        Option(
+            ("--header-timeout-s",),
+            "longest time to receive a request's headers (then 408 and close)",
+            default=10.0,
+            type=positive_float,
+            modes=frozenset({"plain", "workers"}),
+            refused=f"{_NOT_RAY_HTTP}, and it has no header deadline",
+        ),
+        Option(
+            ("--graceful-timeout-s",),
+            "on SIGTERM, longest wait for in-flight requests "
+            "(--ray: each replica's graceful shutdown timeout)",
+            default=30.0,
+            type=positive_float,
+        ),
+        Option(
+            ("--log-level",),
+            "how much to log (Ray Serve's logs too)",
+            default="info",
+            choices=("debug", "info", "warning", "error"),
+        ),
+        Option(
+            ("--ray",),
+            "serve as a Ray Serve application behind Ray's proxy (needs microbatch[ray])",
+            default=False,
+            action="store_true",
+        ),
+        Option(
+            ("--replicas",),
+            "replicas of the service",
+            default=1,
+            type=positive_int,
+            modes=frozenset({"ray"}),
+            refused=_RAY_ONLY,
+        ),
+        Option(
+            ("--ray-address",),
+            "cluster to join: auto or HOST:PORT (default: start a local Ray)",
+            env="RAY_ADDRESS",
+            modes=frozenset({"ray"}),
+            refused=_RAY_ONLY,
+        ),
+        Option(
+            ("--replica-cpus",),
+            "CPUs per replica",
+            default=1.0,
+            type=non_negative_float,
+            modes=frozenset({"ray"}),
+            refused=_RAY_ONLY,
+        ),
+        Option(
+            ("--replica-gpus",),
+            "GPUs per replica, fractional allowed",
+            default=0.0,
+            type=non_negative_float,
+            modes=frozenset({"ray"}),
+            refused=_RAY_ONLY,
+        ),
+        Option(
+            ("--replica-stages",),
+            "a Service's stages in threads of each replica, or in worker processes",
+            default="thread",
+            choices=("thread", "process"),
+            modes=frozenset({"ray"}),
+            refused=_RAY_ONLY,
+        ),
+    ),
+)
+
+BENCH = Command(
+    "bench",
+    "load a running server: closed loop at concurrency levels, open loop at rates",
+    (
+        Option(("url",), "e.g. http://127.0.0.1:8000", metavar="URL"),
+        Option(
+            ("-c", "--concurrency"),
+            "closed-loop connection counts, e.g. 1,16,64 (default: 1,16,64 unless --rate)",
+            type=int_list,
+        ),
+        Option(("--rate",), "open-loop rates in requests/s, e.g. 500", default=(), type=float_list),
+        Option(("-d", "--duration"), "seconds per run", default=10.0, type=positive_float),
+        Option(
+            ("--warmup",),
+            "unmeasured seconds before each run",
+            default=1.0,
+            type=non_negative_float,
+        ),
+        Option(("--body-file",), "request bodies, one JSON value per line", exclusive="body"),
+        Option(
+            ("--body",),
+            "one JSON request body (default: the service's examples, from its OpenAPI)",
+            exclusive="body",
+        ),
+        Option(
+            ("-H", "--header"),
+            "extra request header 'Name: value' (repeatable)",
+            default=(),
+            action="append",
+        ),
+        Option(
+            ("--auth-token",),
+            "bearer token to send (unless -H gives an Authorization header)",
+            env=_TOKEN_ENV,
+        ),
+        Option(
+            ("--timeout",),
+            "seconds before a request counts as timeout",
+            default=30.0,
+            type=positive_float,
+        ),
+        Option(
+            ("--max-outstanding",),
+            "open loop: most requests awaiting replies at once",
+            default=1024,
+            type=positive_int,
+        ),
+        Option(("--seed",), "seed of the open loop's arrivals", default=0, type=int),
+        Option(("--json",), "print JSON instead of a table", default=False, action="store_true"),
+        Option(("--plot",), "draw latency and throughput to this file", metavar="PNG"),
+        Option(
+            ("--no-progress",),
+            "no progress bar (it shows only on a terminal)",
+            default=False,
+            action="store_true",
+        ),
+    ),
+    description="Send requests to URL (POST; a bare http://HOST:PORT means /predict) in a "
+    "closed loop at each concurrency level and/or an open loop of Poisson arrivals at "
+    "each rate, and report req/s, latency percentiles, errors by status and the "
+    "server's mean batch size (from /metrics).",
+)
+
+TUNE = Command(
+    "tune",
+    "measure a service's models in-process and advise batching settings",
+    (
+        Option(("target",), "e.g. examples.embeddings:service", metavar="MODULE:ATTR"),
+        Option(("--p99-ms",), "latency target", default=50.0, type=positive_float),
+        Option(("--max-batch",), "largest batch tried", default=64, type=positive_int),
+        Option(("--repeats",), "timed runs per size", default=5, type=positive_int),
+        Option(("--warmup",), "untimed runs per size", default=1, type=int),
+        Option(("--gain",), "least throughput gain worth a larger batch", default=0.05, type=float),
+        Option(("--json",), "print JSON instead of a table", default=False, action="store_true"),
+        Option(("--plot",), "draw the curves and the advice to this file", metavar="PNG"),
+    ),
+    description="Run each stage's model on the service's warm-up examples at batch "
+    "sizes 1, 2, 4, ... and advise max_batch_size and max_latency_ms per stage.",
+)
+
+DEMO = Command(
+    "demo",
+    "many concurrent callers of a batched model, in-process",
+    (
+        Option(("--callers",), "asyncio callers", default=256, type=positive_int),
+        Option(("--threads",), "thread callers", default=32, type=positive_int),
+        Option(("--seconds",), "length of each run", default=3.0, type=positive_float),
+        Option(("--max-batch-size",), "largest batch", default=64, type=positive_int),
+        Option(("--max-latency-ms",), "longest wait to fill a batch", default=10.0, type=float),
+    ),
+)
+
+COMMANDS: Mapping[str, Command] = {c.name: c for c in (SERVE, BENCH, TUNE, DEMO)}
+"""Every command and its options: the one table."""
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A command line, parsed: the command, every option's value (given, from the
+    environment, or the default), and which options were given or found in the
+    environment."""
+
+    command: str
+    values: Mapping[str, Any]
+    given: frozenset[str] = field(default_factory=frozenset)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def serve_mode(values: Mapping[str, Any]) -> Mode:
+    """The mode a ``serve`` command line runs in."""
+    if values.get("ray"):
+        return "ray"
+    return "workers" if values.get("workers", 1) > 1 else "plain"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``microbatch`` parser, built from :data:`COMMANDS` (options without defaults:
+    an option left out is absent from the namespace)."""
+    return _parsers()[0]
+
+
+def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The ``microbatch`` parser and each command's own."""
+    parser = argparse.ArgumentParser(prog="microbatch", description="Dynamic batching for models.")
+    parser.add_argument("--version", action="version", version=f"microbatch {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    subs: dict[str, argparse.ArgumentParser] = {}
+    for command in COMMANDS.values():
+        subs[command.name] = sub = commands.add_parser(
+            command.name,
+            help=command.help,
+            description=command.description or command.help,
+            epilog=options_table() if command.name == "serve" else None,
+            formatter_class=(
+                argparse.RawDescriptionHelpFormatter  # the table keeps its lines
+                if command.name == "serve"
+                else argparse.HelpFormatter
+            ),
+        )
+        groups: dict[str, Any] = {}
+        for option in command.options:
+            target: Any = sub
+            if option.exclusive is not None:
+                if option.exclusive not in groups:
+                    groups[option.exclusive] = sub.add_mutually_exclusive_group()
+                target = groups[option.exclusive]
+            target.add_argument(*option.flags, **_argparse_keywords(command, option))
+    return parser, subs
+
+
+def parse(argv: Sequence[str] | None = None) -> Parsed:
+    """Parse ``argv`` (default: ``sys.argv[1:]``): values filled from the environment
+    and defaults; a ``serve`` flag given in a mode it does not work in is refused.
+
+    Raises:
+        SystemExit: With status 2 and a message on stderr, for a bad command line.
+    """
+    parser, subs = _parsers()
+    namespace = vars(parser.parse_args(argv))
+    command = COMMANDS[namespace.pop("command")]
+    values: dict[str, Any] = {}
+    given: set[str] = set()
+    for option in command.options:
+        if option.dest in namespace:
+            values[option.dest] = namespace[option.dest]
+            given.add(option.dest)
+        elif option.env is not None and os.environ.get(option.env):
+            values[option.dest] = os.environ[option.env]
+            given.add(option.dest)
+        else:
+            values[option.dest] = option.default
+    if command is SERVE:
+        mode = serve_mode(values)
+        for option in command.options:
+            if option.dest in namespace and mode not in option.modes:  # given on the line
+                subs[command.name].error(
+                    f"{option.name} does not work with {_MODE_NAMES[mode]}: {option.refused}"
+                )
+    return Parsed(command.name, values, frozenset(given))
+
+
+def options_table() -> str:
+    """``serve``'s options by mode, as plain text (its ``--help`` epilog)."""
+    shown = [option for option in SERVE.options if not option.positional and option.dest != "ray"]
+    width = max(len(option.name) for option in shown)
+    lines = [
+        "where each option works:",
+        f"  {'':{width}}  {'serve':>5}  {'--workers N':>11}  {'--ray':>5}",
+    ]
+    for option in shown:
+        marks = ["yes" if mode in option.modes else "no" for mode in MODES]
+        lines.append(f"  {option.name:{width}}  {marks[0]:>5}  {marks[1]:>11}  {marks[2]:>5}")
+    return "\n".join(lines)
+
+
+def _argparse_keywords(command: Command, option: Option) -> dict[str, Any]:
+    keywords: dict[str, Any] = {"help": _help(command, option)}
+    if option.positional:
+        keywords["metavar"] = option.metavar
+        return keywords
+    keywords["default"] = argparse.SUPPRESS
+    keywords["dest"] = option.dest
+    if option.action is not None:
+        keywords["action"] = option.action
+    if option.type is not None:
+        keywords["type"] = option.type
+    if option.choices is not None:
+        keywords["choices"] = option.choices
+    if option.metavar is not None:
+        keywords["metavar"] = option.metavar
+    return keywords
+
+
+def _help(command: Command, option: Option) -> str:
+    text = option.help
+    if not (option.default is None or option.action == "store_true" or option.default == ()):
+        text += f" (default {option.default})"
+    if option.env is not None:
+        text += f"; env {option.env}"
+    if command is SERVE and option.modes != _EVERY_MODE:
+        text += "; only with " + " or ".join(_MODE_NAMES[m] for m in MODES if m in option.modes)
+    return text.replace("%", "%%")

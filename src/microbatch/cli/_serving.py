@@ -1,0 +1,83 @@
+"""``microbatch serve MODULE:ATTR`` and ``--workers N``: settings from the command
+line, then the running server of :mod:`microbatch.serve`."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import sys
+
+from ..http.app import HttpApp, HttpConfig
+from ..http.target import as_target
+from ..loading import load_target
+from ..serve._workers import serve_workers
+from ..serve.server import ServeSettings, serve
+from ._options import Parsed
+
+__all__ = ["http_config", "run_serve", "serve_settings"]
+
+logger = logging.getLogger("microbatch.http")
+
+
+def http_config(options: Parsed) -> HttpConfig:
+    """The HTTP app's settings (every mode: plain, ``--workers``, each Ray replica).
+
+    Raises:
+        ValueError: A setting is out of range.
+    """
+    return HttpConfig(
+        max_body_bytes=options.max_body_bytes,
+        default_timeout_s=options.timeout_ms / 1000.0,
+        body_timeout_s=options.body_timeout_s,
+        auth_token=options.auth_token or None,
+    )
+
+
+def serve_settings(options: Parsed) -> ServeSettings:
+    """How microbatch's own HTTP server listens and shuts down."""
+    return ServeSettings(
+        host=options.host,
+        port=options.port,
+        graceful_timeout_s=options.graceful_timeout_s,
+        header_timeout_s=options.header_timeout_s,
+        log_level=options.log_level,
+    )
+
+
+def configure_logging(level: str) -> None:
+    """Log to stderr at ``level``."""
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+def warn_if_open(host: str, token: str | None) -> None:
+    """A warning when serving beyond loopback without a token."""
+    if token is None and not _is_loopback(host):
+        logger.warning(
+            "serving on %s without --auth-token: anyone who can reach it may call it", host
+        )
+
+
+def run_serve(options: Parsed) -> int:
+    """Run ``microbatch serve`` (plain or ``--workers N``); return the exit status."""
+    configure_logging(options.log_level)
+    try:
+        served = load_target(options.target)
+        config = http_config(options)
+        app = HttpApp(as_target(served), config)
+    except (ImportError, AttributeError, ValueError, TypeError) as error:
+        print(f"microbatch serve: {error}", file=sys.stderr)
+        return 2
+    warn_if_open(options.host, config.auth_token)
+    settings = serve_settings(options)
+    if options.workers > 1:
+        return serve_workers(options.target, served, config, settings, options.workers)
+    return serve(app, settings)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
