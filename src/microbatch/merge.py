@@ -11,12 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from itertools import accumulate, pairwise
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from .errors import ResultLengthError
-
-if TYPE_CHECKING:
-    from .config import BatchConfig
 
 __all__ = [
     "ListRows",
@@ -24,7 +21,6 @@ __all__ = [
     "RowFormat",
     "merged",
     "merged_async",
-    "row_format",
     "split_rows",
 ]
 
@@ -113,20 +109,6 @@ class NumpyRows:
         import numpy as np
 
         return np.concatenate(parts, axis=0)
-
-
-def row_format(config: BatchConfig) -> RowFormat | None:
-    """The RowFormat that ``config.rows`` names, or ``None`` for one-row items."""
-    rows = config.rows
-    if rows is None:
-        return None
-    if rows == "list":
-        return ListRows()
-    if rows == "numpy":
-        return NumpyRows()
-    if isinstance(rows, RowFormat):
-        return rows
-    raise TypeError(f"not a RowFormat: {rows!r}")
 
 
 def split_rows(fmt: RowFormat, item: Any, limit: int) -> list[tuple[Any, int]]:

@@ -11,7 +11,9 @@ from typing import Any, Protocol
 
 from ..batcher import Batcher
 from ..errors import BatcherClosed, Overloaded, StageFailed
+from ..merge import RowFormat
 from ..stats import ServiceStats, StageStats
+from ..types import BatchDone, BatchJob
 from .pool import ProcessPool
 from .stage import Stage
 from .threads import ThreadPool
@@ -88,14 +90,7 @@ class Service:
             ThreadPool(stage) if stage.mode == "thread" else ProcessPool(stage) for stage in stages
         ]
         self._batchers: list[Batcher[Any, Any]] = [
-            # A full batch may wait at a worker for the running one (workers queue it),
-            # so the worker is told each item's deadline and leaves out expired ones.
-            Batcher(
-                pool.run,
-                stage.config,
-                run_ahead=True,
-                pass_deadlines=stage.config.rows is None,
-            )
+            Batcher(config=stage.config, runner=_PoolRunner(pool, stage.config.row_format()))
             for pool, stage in zip(self._pools, stages, strict=True)
         ]
         self._steps = list(zip((s.name for s in stages), self._pools, self._batchers, strict=True))
@@ -229,3 +224,44 @@ class Service:
         traceback: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+class _PoolRunner:
+    """A stage's pool as a batch runner (until pools speak BatchRunner themselves):
+    the wanted items go to ``pool.run`` with their deadlines (with rows: merged, as
+    the pool's items); times are measured around the call."""
+
+    def __init__(self, pool: WorkerPool, rows: RowFormat | None) -> None:
+        self._pool = pool
+        self._rows = rows
+        self._calls: dict[int, float] = {}  # calls in flight -> when each began
+
+    def running_since(self) -> float | None:
+        """When the oldest call in flight began."""
+        return min(self._calls.values(), default=None)
+
+    async def run(self, job: BatchJob) -> BatchDone:
+        """Run the wanted items of ``job`` on the pool."""
+        count = len(job.items)
+        keep = [index for index in range(count) if job.wanted(index)]
+        items = [job.items[index] for index in keep]
+        deadlines = [job.deadlines[index] for index in keep]
+        left_out = BatcherClosed("its caller no longer waits")
+        placed: list[Any] = [left_out] * count
+        if not items:
+            return BatchDone(placed)
+        key, started = id(job), time.monotonic()
+        self._calls[key] = started
+        try:
+            rows = self._rows
+            if rows is None:
+                outcomes = await self._pool.run(items, deadlines)
+            else:
+                counts = [rows.count(item) for item in items]
+                outcomes = rows.split(await self._pool.run(rows.merge(items)), counts)
+        finally:
+            del self._calls[key]
+        for index, outcome in zip(keep, outcomes, strict=True):
+            placed[index] = outcome
+        units = job.units if len(keep) == count else len(keep)
+        return BatchDone(placed, started, time.monotonic(), units)
