@@ -94,7 +94,6 @@ class BatchConfig:
         """``max_latency_ms`` in seconds."""
         return self.max_latency_ms / 1000.0
 
-
     def new_policy(self) -> Policy:
         """A fresh policy for one batcher: made by name or by the factory, or a deep
         copy of the prototype Policy object (its settings and a state of its own).

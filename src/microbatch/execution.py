@@ -223,7 +223,7 @@ def _spread(results: Sequence[Any], keep: list[int], start: int, stop: int) -> o
 def _describe(value: object) -> str:
     try:
         length = len(value)  # type: ignore[arg-type]
-        yielded = sum(1 for _ in value)  # type: ignore[attr-defined]
+        yielded = len(list(value))  # type: ignore[call-overload]
     except TypeError:
         return f"a {type(value).__name__}, not a list"
     if yielded != length:

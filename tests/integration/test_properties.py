@@ -164,7 +164,10 @@ async def run_schedule(
         workers = int(config["max_concurrent_batches"])  # type: ignore[call-overload]
         world_runner = WorldRunner(world, workers, bool(config["isolate_errors"]))
         batcher = Batcher(
-            runner=world_runner, clock=clock, size_fn=size_fn, **config  # type: ignore[arg-type]
+            runner=world_runner,
+            clock=clock,
+            size_fn=size_fn,
+            **config,  # type: ignore[arg-type]
         )
     else:
         batcher = Batcher(world.model, clock=clock, size_fn=size_fn, **config)  # type: ignore[arg-type]
