@@ -34,6 +34,7 @@ from .config import BatchConfig
 from .errors import BatcherClosed, DeadlineExceeded, MicrobatchError
 from .execution import run_batch
 from .merge import merged
+from .policy import Policy
 from .stats import BatcherStats
 
 __all__ = ["CooperativeBatcher"]
@@ -160,6 +161,11 @@ class CooperativeBatcher(Generic[T, R]):
         self._runners: set[int] = set()  # threads running a batch now
         self._closers = 0  # threads waiting in close()
         self._leaders: ThreadPoolExecutor | None = None  # lead for asyncio callers
+
+    @property
+    def policy(self) -> Policy:
+        """This batcher's own policy (a fresh one, made from ``config.policy``)."""
+        return self._policy
 
     # -- calling -----------------------------------------------------------------
 

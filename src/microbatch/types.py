@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -114,8 +114,9 @@ class Servable(Protocol[T_contra, R_co]):
     async def start(self) -> None:
         """Start workers and warm up."""
 
-    async def close(self) -> None:
-        """Refuse new items, finish the ones inside, stop workers."""
+    def close(self) -> Awaitable[None]:
+        """Refuse new items, finish the ones inside, stop workers (await it; an
+        ``async def close`` is one)."""
 
     async def submit(
         self, item: T_contra, *, deadline: float | None = None, route: str | None = None

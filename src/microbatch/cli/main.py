@@ -147,7 +147,7 @@ def run_demo(
         f"{threads} threads (model(x))",
         sum(counts),
         time.perf_counter() - start,
-        accelerator.stats(),
+        accelerator.batcher.stats(),
     )
 
 

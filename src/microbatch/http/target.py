@@ -4,14 +4,12 @@ behind one small interface (start, close, submit, readiness, stats, declared typ
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from .._hints import item_types
 from ..decorator import AsyncBatchedFunction, SyncBatchedFunction
 from ..pipeline.service import Service
-from ..policy import QueueState
-from ..stats import ServiceStats, StageStats, StatsRecorder
+from ..stats import ServiceStats
 
 __all__ = ["FunctionTarget", "ServiceTarget", "Target", "as_target"]
 
@@ -82,61 +80,39 @@ class ServiceTarget:
 
 class FunctionTarget:
     """A ``@microbatch.batch`` function run in the server's event loop (a plain
-    function runs its batches in a thread, via ``acall``)."""
+    function runs its batches in a thread, via ``acall``): the function is Servable
+    itself, this only gives it the Target shape."""
 
     def __init__(self, function: AsyncBatchedFunction[Any, Any] | SyncBatchedFunction[Any, Any]):
         self.function = function
-        wrapped = getattr(function, "__wrapped__", function)
-        self.name = getattr(wrapped, "__name__", "model")
-        self.input_type, self.output_type = item_types(wrapped)
+        self.name = function.name
+        self.input_type, self.output_type = function.input_type, function.output_type
         self.routes: dict[str, tuple[Any, Any]] = {}
-        self._submit: Callable[..., Any] = (
-            function if isinstance(function, AsyncBatchedFunction) else function.acall
-        )
-        self._started = False
-        self._closing = False
 
     @property
     def ready(self) -> bool:
         """Started and not closing."""
-        return self._started and not self._closing
+        return self.function.ready
 
     async def start(self) -> None:
         """Nothing to start: the batcher is made on the first item."""
-        self._started = True
+        await self.function.start()
 
     async def close(self) -> None:
-        """Close the event loop's batcher, running what is queued."""
-        self._closing = True
-        if isinstance(self.function, AsyncBatchedFunction):
-            await self.function.close()
-        else:
-            await self.function.aclose()
+        """Close the function's batcher, running what is queued."""
+        await self.function.close()
 
     async def submit(self, item: Any, *, deadline: float | None, route: str | None = None) -> Any:
-        """Submit one item to the event loop's batcher (a function has no routes).
+        """Submit one item (a function has no routes).
 
         Raises:
             KeyError: ``route`` is given.
         """
-        if route is not None:
-            raise KeyError(f"no route {route!r}")
-        return await self._submit(item, deadline=deadline)
+        return await self.function.submit(item, deadline=deadline, route=route)
 
     def stats(self) -> ServiceStats:
-        """One stage: the function's batcher in this event loop."""
-        function = self.function
-        if isinstance(function, AsyncBatchedFunction):
-            batching = function.stats()
-        elif self._started:
-            batching = function.loop_batcher.stats()
-        else:
-            batching = StatsRecorder().snapshot(QueueState())
-        slots = function.config.max_concurrent_batches
-        stage = StageStats(self.name, slots, slots, 0, batching)
-        return ServiceStats(
-            self.ready, self._closing, batching.queued + batching.in_flight, (stage,)
-        )
+        """One stage: the function's batcher."""
+        return self.function.stats()
 
 
 def as_target(served: object) -> Target:
