@@ -87,9 +87,7 @@ class Stage:
                 "max_concurrent_batches of a stage is its workers (one batch per worker):"
                 f" got {self.max_concurrent_batches!r} with workers={self.workers!r}"
             )
-        given = {
-            name: getattr(self, name) for name in _SETTINGS if getattr(self, name) is not None
-        }
+        given = {name: getattr(self, name) for name in _SETTINGS if getattr(self, name) is not None}
         # replace() validates the settings as BatchConfig does; the keywords win.
         object.__setattr__(self, "batching", replace(self.batching, **given))
         if not self.name:
