@@ -372,7 +372,12 @@ class Batcher(Generic[T, R]):
             if future.done():
                 continue
             if isinstance(outcome, BaseException):
-                self._stats.failed += 1
+                # A runner that left an item out at its deadline (by its own clock,
+                # a moment before the batcher's timer) answers it as expired.
+                if isinstance(outcome, DeadlineExceeded):
+                    self._stats.expired += 1
+                else:
+                    self._stats.failed += 1
                 future.set_exception(outcome)
             else:
                 future.set_result(outcome)

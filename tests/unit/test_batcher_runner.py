@@ -208,3 +208,15 @@ async def test_a_batcher_takes_a_function_or_a_runner(clock: FakeClock) -> None:
         Batcher(model, runner=HeldRunner())
     with pytest.raises(TypeError, match="either"):
         Batcher()
+
+
+async def test_an_item_the_runner_answers_expired_counts_as_expired(clock: FakeClock) -> None:
+    class Expiring(HeldRunner):
+        async def run(self, job: BatchJob) -> BatchDone:
+            return BatchDone([DeadlineExceeded("at the worker")] * len(job.items))
+
+    batcher: Batcher[int, int] = Batcher(runner=Expiring(), clock=clock, max_batch_size=1)
+    with pytest.raises(DeadlineExceeded):
+        await batcher.submit(1, deadline=101.0)
+    stats = batcher.stats()
+    assert (stats.expired, stats.failed) == (1, 0)
