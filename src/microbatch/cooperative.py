@@ -99,6 +99,7 @@ class CooperativeBatcher(Generic[T, R]):
         self._runners: set[int] = set()  # threads running a batch now
         self._closers = 0  # threads waiting in close()
         self._leaders: ThreadPoolExecutor | None = None  # lead for asyncio callers
+        self._to_answer: list[_LoopCall] = []  # asyncio callers settled, not yet told
 
     @property
     def policy(self) -> Policy:
@@ -182,6 +183,7 @@ class CooperativeBatcher(Generic[T, R]):
                 for entry in list(self._queue):
                     self._queue.drop(entry)
                     self._settle(entry, BatcherClosed("the batcher closed before this item ran"))
+                self._settled_some()
             self._leader_waits.notify_all()
             self._closers += 1
             try:
@@ -274,7 +276,7 @@ class CooperativeBatcher(Generic[T, R]):
         if self._leader is call:
             self._pass_lead()
         self._wake_leader()
-        self._notify_closers()
+        self._settled_some()
 
     # -- leading (lock held) -----------------------------------------------------
 
@@ -394,13 +396,13 @@ class CooperativeBatcher(Generic[T, R]):
             self._state.finished(len(batch), end)
             self._free_slots += 1
             self._wake_leader()
-            self._notify_closers()
+            self._settled_some()
         self._policy.batch_finished(units, end - start)
         for entry, outcome in zip(batch, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 self._stats.failed += 1
             self._settle(entry, outcome)
-        self._notify_closers()
+        self._settled_some()
 
     # -- settling (lock held) ----------------------------------------------------
 
@@ -416,19 +418,19 @@ class CooperativeBatcher(Generic[T, R]):
             call.wake()
         elif isinstance(call, _LoopCall) and not call.answered:
             call.answered = True
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
-                call.loop.call_soon_threadsafe(self._answer, call)
+            self._to_answer.append(call)  # answered together, by _settled_some()
 
-    def _answer(self, call: _LoopCall) -> None:
-        """In the caller's loop: its result, from its settled items."""
-        if call.future.done():
-            return
-        try:
-            result = self._intake.result([entry.outcome for entry in call.entries])
-        except BaseException as exc:
-            call.future.set_exception(exc)
-        else:
-            call.future.set_result(result)
+    def _answer(self, calls: list[_LoopCall]) -> None:
+        """In the callers' loop: each one's result, from its settled items."""
+        for call in calls:
+            if call.future.done():
+                continue
+            try:
+                result = self._intake.result([entry.outcome for entry in call.entries])
+            except BaseException as exc:
+                call.future.set_exception(exc)
+            else:
+                call.future.set_result(result)
 
     def _expire(self, call: _Call) -> None:
         for entry in call.entries:
@@ -439,8 +441,18 @@ class CooperativeBatcher(Generic[T, R]):
                 self._settle(
                     entry, DeadlineExceeded("the deadline passed before the result was ready")
                 )
-        self._notify_closers()
+        self._settled_some()
 
-    def _notify_closers(self) -> None:
+    def _settled_some(self) -> None:
+        """After settling items: answer the asyncio callers settled (one callback
+        per loop, not one wake-up of the loop per item), and wake close()."""
+        if self._to_answer:
+            by_loop: dict[asyncio.AbstractEventLoop, list[_LoopCall]] = {}
+            for call in self._to_answer:
+                by_loop.setdefault(call.loop, []).append(call)
+            self._to_answer = []
+            for loop, calls in by_loop.items():
+                with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
+                    loop.call_soon_threadsafe(self._answer, calls)
         if self._closers and not (self._state.count or self._state.in_flight):
             self._settled.notify_all()
