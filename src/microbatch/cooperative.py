@@ -43,6 +43,8 @@ from .stats import BatcherStats
 
 __all__ = ["CooperativeBatcher"]
 
+_SENT = -1  # a pool thread was sent to lead for asyncio callers
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -100,6 +102,11 @@ class CooperativeBatcher(Generic[T, R]):
         self._closers = 0  # threads waiting in close()
         self._leaders: ThreadPoolExecutor | None = None  # lead for asyncio callers
         self._to_answer: list[_LoopCall] = []  # asyncio callers settled, not yet told
+        # The pool thread on duty to lead for asyncio callers: its id, _SENT while
+        # one is on its way, None when none is (then no slot is free, or no asyncio
+        # caller leads). Pool threads leading or running a batch: _drivers.
+        self._duty: int | None = None
+        self._drivers: set[int] = set()
 
     @property
     def policy(self) -> Policy:
@@ -147,14 +154,17 @@ class CooperativeBatcher(Generic[T, R]):
         """Queue one item from asyncio code, in the same queue as the threads'; the
         batch runs in a thread (a blocked caller's or a pool thread), never in the
         event loop. Raises as :meth:`submit`."""
-        due = self._intake.deadline(timeout_s, deadline)
-        parts = self._intake.parts(item)
+        intake = self._intake
+        if intake.plain and timeout_s is None and deadline is None:
+            due, parts = None, [(item, 1)]  # nothing to work out
+        else:
+            due, parts = intake.deadline(timeout_s, deadline), intake.parts(item)
         call = _LoopCall(due, asyncio.get_running_loop())
         with self._lock:
             self._enqueue(call, parts)
             if self._leader is None:
                 self._leader = call
-                self._lead_elsewhere(call)
+                self._ensure_lead()
         timer = None if due is None else self._clock.call_at(due, partial(self._timed_out, call))
         try:
             return await call.future  # type: ignore[no-any-return]
@@ -262,7 +272,10 @@ class CooperativeBatcher(Generic[T, R]):
             if call.pending:
                 self._expire(call)
                 if self._leader is call:
-                    self._wake_leader()
+                    if self._duty is None:  # nobody leads for it now: pass it on here
+                        self._pass_lead()
+                    else:
+                        self._wake_leader()
 
     def _abandon(self, call: _Call) -> None:
         """The caller stopped waiting (cancelled, or interrupted by whatever escaped
@@ -344,32 +357,52 @@ class CooperativeBatcher(Generic[T, R]):
         leader = self._leader = None if head is None else head.call
         if isinstance(leader, _ThreadCall):
             leader.wake()
-        elif isinstance(leader, _LoopCall):
-            self._lead_elsewhere(leader)
+        else:
+            self._ensure_lead()
 
-    def _lead_elsewhere(self, call: _LoopCall) -> None:
-        """An asyncio caller has the lead: a pool thread leads in its place."""
+    def _ensure_lead(self) -> None:
+        """An asyncio caller leads: when a slot is free, make sure a pool thread leads
+        in its place (one at a time). With no slot free, the thread that frees one
+        comes back here (or, a pool thread, leads on itself)."""
+        if not isinstance(self._leader, _LoopCall) or self._duty is not None:
+            return
+        if not self._free_slots:
+            return
         if self._leaders is None:
             # One thread per slot (each may run a batch) and one to lead meanwhile.
             self._leaders = ThreadPoolExecutor(
                 self.config.max_concurrent_batches + 1, thread_name_prefix="microbatch-lead"
             )
-        self._leaders.submit(self._lead_for, call)
+        self._duty = _SENT
+        self._leaders.submit(self._drive)
 
-    def _lead_for(self, call: _LoopCall) -> None:
-        """In a pool thread: lead for an asyncio caller."""
+    def _drive(self) -> None:
+        """In a pool thread: lead for asyncio callers while one leads and no other
+        pool thread is on duty; a batch taken is run here (off duty meanwhile)."""
+        me = threading.get_ident()
         with self._lock:
+            self._drivers.add(me)
+            if self._duty == _SENT:
+                self._duty = None
             try:
-                if self._leader is call:
-                    self._lead(call)
+                while isinstance(self._leader, _LoopCall) and self._duty in (me, None):
+                    self._duty = me
+                    self._lead(self._leader)
             except BaseException:  # the batch's items are answered already
-                if self._leader is call:
+                if isinstance(self._leader, _LoopCall):
                     self._pass_lead()
+            finally:
+                self._drivers.discard(me)
+                if self._duty == me:
+                    self._duty = None
+                self._ensure_lead()
 
     def _take(self, now: float) -> tuple[list[_Entry], int]:
         """Take the next batch into a slot and hand the lead to the next caller."""
         batch, units = self._queue.take(now)
         self._free_slots -= 1
+        if self._duty == threading.get_ident():
+            self._duty = None  # a pool thread about to run a batch is off duty
         self._pass_lead()
         return batch, units
 
@@ -396,6 +429,8 @@ class CooperativeBatcher(Generic[T, R]):
             self._state.finished(len(batch), end)
             self._free_slots += 1
             self._wake_leader()
+            if me not in self._drivers:  # a pool thread leads on by itself
+                self._ensure_lead()
             self._settled_some()
         self._policy.batch_finished(units, end - start)
         for entry, outcome in zip(batch, outcomes, strict=True):
@@ -425,8 +460,12 @@ class CooperativeBatcher(Generic[T, R]):
         for call in calls:
             if call.future.done():
                 continue
+            entries = call.entries
+            if len(entries) == 1 and not isinstance(entries[0].outcome, BaseException):
+                call.future.set_result(entries[0].outcome)
+                continue
             try:
-                result = self._intake.result([entry.outcome for entry in call.entries])
+                result = self._intake.result([entry.outcome for entry in entries])
             except BaseException as exc:
                 call.future.set_exception(exc)
             else:
