@@ -150,6 +150,9 @@ class BatchJob:
             (cancelled, or its deadline passed): a runner that starts the batch later
             than it got it leaves such items out.
         units: The batch's size in batch units (items, rows or ``size_fn`` units).
+
+    With ``rows``, each item is one caller's part (a sequence of rows), not merged:
+    the runner merges the parts it runs and splits the result back.
     """
 
     items: list[Any]
@@ -178,7 +181,12 @@ class BatchDone:
 
 class BatchRunner(Protocol):
     """Runs batches somewhere else (worker processes, threads) and owns the ledger of
-    the batches it holds: when each one really starts and ends."""
+    the batches it holds: when each one really starts and ends.
+
+    The batcher hands it at most ``max_concurrent_batches`` batches to run and, with
+    run-ahead, one more per slot to start the moment a running one ends; it learns
+    the cost model from ``finished_s - started_s`` over ``units`` of each report, and,
+    while every slot is busy, reads :meth:`running_since`."""
 
     async def run(self, job: BatchJob) -> BatchDone:
         """Run one batch; never raise for the batch as a whole (a dead worker or a
