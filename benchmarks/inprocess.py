@@ -193,7 +193,7 @@ async def run_async_rows(callers: int, per_caller: int) -> dict[str, dict[str, f
 
     mb = microbatch.batch(max_batch_size=BATCH, max_latency_ms=LATENCY_MS)(double_async)
     rows["microbatch asyncio"] = await async_load(mb, callers, per_caller)
-    rows["microbatch asyncio"]["mean_batch"] = mb.stats().mean_batch_size
+    rows["microbatch asyncio"]["mean_batch"] = mb.batcher.stats().mean_batch_size
     await mb.close()
 
     try:
@@ -226,7 +226,7 @@ def run_thread_rows(callers: int, per_caller: int) -> dict[str, dict[str, float]
     rows["floor: bare leader/follower"] = thread_load(bare.call, callers, per_caller)
     mb = microbatch.batch(max_batch_size=BATCH, max_latency_ms=LATENCY_MS)(double)
     rows["microbatch threads"] = thread_load(mb, callers, per_caller)
-    rows["microbatch threads"]["mean_batch"] = mb.stats().mean_batch_size
+    rows["microbatch threads"]["mean_batch"] = mb.batcher.stats().mean_batch_size
     try:
         import batched
     except ImportError:
@@ -275,7 +275,7 @@ async def run_accelerator(concurrency: list[int], seconds: float) -> list[dict[s
                 mode="threads",
                 policy=policy,
                 callers=callers,
-                mean_batch=fn.stats().mean_batch_size,
+                mean_batch=fn.batcher.stats().mean_batch_size,
             )
             rows.append(result)
     return rows

@@ -13,6 +13,7 @@ from .decorator import AsyncBatchedFunction, BatchSettings, SyncBatchedFunction,
 from .errors import (
     BatcherClosed,
     DeadlineExceeded,
+    ItemError,
     ItemTooLarge,
     MicrobatchError,
     Overloaded,
@@ -24,7 +25,8 @@ from .errors import (
 from .merge import ListRows, NumpyRows, RowFormat
 from .pipeline import Model, Service, Stage, WorkerContext
 from .policy import AdaptivePolicy, CostModel, FixedPolicy, Policy, QueueState
-from .stats import BatcherStats
+from .stats import BatcherStats, ServiceStats, StageStats
+from .types import Route, Servable, deadline_from
 
 __version__ = "0.1.0"
 
@@ -41,6 +43,7 @@ __all__ = [
     "CostModel",
     "DeadlineExceeded",
     "FixedPolicy",
+    "ItemError",
     "ItemTooLarge",
     "ListRows",
     "MicrobatchError",
@@ -52,12 +55,17 @@ __all__ = [
     "QueueState",
     "RemoteError",
     "ResultLengthError",
+    "Route",
     "RowFormat",
+    "Servable",
     "Service",
+    "ServiceStats",
     "Stage",
     "StageFailed",
+    "StageStats",
     "SyncBatchedFunction",
     "WorkerContext",
     "WorkerDied",
     "batch",
+    "deadline_from",
 ]

@@ -29,7 +29,11 @@ class Clock(Protocol):
         """Seconds on a monotonic scale."""
 
     def call_at(self, when: float, callback: Callable[[], object]) -> Timer:
-        """Run ``callback`` at time ``when`` (on this clock's scale) in the running loop."""
+        """Run ``callback`` at time ``when`` (on this clock's scale) in the running loop.
+
+        The thread batcher sets timers from its callers' threads on a clock other
+        than :class:`MonotonicClock` (a FakeClock): there, callbacks may run in any
+        thread."""
 
 
 class MonotonicClock:

@@ -1,95 +1,70 @@
-"""The thread batcher: callers in plain threads block for one item each.
+"""The thread batcher: callers in plain threads block for one item each; asyncio
+callers (:meth:`CooperativeBatcher.asubmit`) await theirs, in the same queue.
 
 There is no background thread. The caller that owns the oldest queued item is the
 *leader*: it waits (on a condition, never a poll) until a slot is free and the
 policy says go, takes a batch from the head of the queue, hands the lead to the
 owner of the next queued item, runs the batch in its own thread, and settles every
 item of it. Followers sleep until their items are settled or the lead comes to
-them. Every wait has a way out (its caller's deadline, a settled item, the lead),
-and a batch function that calls its own batcher gets an error instead of a deadlock.
+them. An asyncio caller cannot block its loop, so when the lead comes to it a pool
+thread leads (and runs the batch) in its place. Every wait has a way out (its
+caller's deadline, a settled item, the lead); whatever escapes a leader
+(``KeyboardInterrupt`` included) passes the lead on and answers its items; and a
+batch function that calls its own batcher gets an error instead of a deadlock.
+
+With :class:`~microbatch.testing.FakeClock` every timed wait is a timer on the fake
+clock instead: advancing it past a deadline or a policy time wakes the waiter.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
-import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
+from ._calls import PENDING as _PENDING
+from ._calls import Call as _Call
+from ._calls import Entry as _Entry
+from ._calls import LoopCall as _LoopCall
+from ._calls import ThreadCall as _ThreadCall
+from ._intake import Intake
 from .clock import Clock, MonotonicClock
 from .config import BatchConfig
-from .errors import BatcherClosed, DeadlineExceeded, ItemTooLarge, MicrobatchError, Overloaded
+from .errors import BatcherClosed, DeadlineExceeded, MicrobatchError
 from .execution import run_batch
-from .merge import merged, row_format, split_rows
-from .pending import Pending, PendingQueue
-from .policy import make_policy
+from .merge import merged
+from .policy import Policy
 from .stats import BatcherStats
 
 __all__ = ["CooperativeBatcher"]
 
+_SENT = -1  # a pool thread was sent to lead for asyncio callers
+
 T = TypeVar("T")
 R = TypeVar("R")
 
-_PENDING = object()
-
-
-class _Call:
-    """One caller's request: its items (several parts with rows) and its wake-up.
-
-    The wake-up is a lock that stays held; "armed" while the caller waits on it.
-    Whoever settles the call or hands it the lead releases it once, under the
-    batcher's lock. The caller sleeps on it without holding the batcher's lock, so a
-    settled caller returns at once instead of queueing for that lock.
-    """
-
-    __slots__ = ("armed", "deadline", "entries", "pending", "signal")
-
-    def __init__(self, deadline: float | None) -> None:
-        self.signal = threading.Lock()
-        self.signal.acquire()
-        self.armed = False
-        self.deadline = deadline
-        self.entries: list[_Entry] = []
-        self.pending = 0
-
-    def wake(self) -> None:
-        """Wake the caller (batcher lock held); a no-op unless it is waiting."""
-        if self.armed:
-            self.armed = False
-            self.signal.release()
-
-    def disarm(self, woken: bool) -> None:
-        """After a wait (batcher lock held): the signal is held again, not armed."""
-        if self.armed:
-            self.armed = False  # timed out and nobody woke us: still held
-        elif not woken:
-            self.signal.acquire()  # woken just after timing out: take it back
-
-
-class _Entry(Pending):
-    __slots__ = ("call", "item", "outcome")
-
-    def __init__(self, call: _Call, item: Any, size: int, arrival: float) -> None:
-        super().__init__(size, arrival)
-        self.call = call
-        self.item = item
-        self.outcome: Any = _PENDING
-
 
 class CooperativeBatcher(Generic[T, R]):
-    """Gathers items submitted from many threads into batches for ``fn``.
+    """Gathers items submitted from many threads (and event loops) into batches.
 
-    ``fn`` takes a list of items and returns a list of results of the same length
-    (an exception instance at position ``i`` fails only item ``i``). It runs in the
-    thread of one of the callers in the batch; that caller's deadline cannot cut the
-    model short in its own thread, so it is answered when the batch returns (every
-    other caller is answered at its deadline).
+    ``fn`` takes a list of items and returns a sequence of results of the same
+    length (an exception instance at position ``i`` fails only item ``i``). It runs
+    in the thread of one of the callers in the batch (or, for a batch led for an
+    asyncio caller, in a pool thread); that caller's deadline cannot cut the model
+    short in its own thread, so it is answered when the batch returns (every other
+    caller is answered at its deadline).
 
     Args:
         fn: The batch function.
         config: Batching settings; or pass them as keyword arguments.
         clock: Time source for the policy and deadlines (``time.monotonic`` scale).
+            A clock other than :class:`~microbatch.clock.MonotonicClock` must run
+            ``call_at`` callbacks from any thread, as FakeClock does.
         **settings: Fields of :class:`~microbatch.config.BatchConfig`.
     """
 
@@ -105,12 +80,15 @@ class CooperativeBatcher(Generic[T, R]):
             raise TypeError("pass either config or keyword settings, not both")
         self.config = config if config is not None else BatchConfig(**settings)
         self._clock: Clock = clock if clock is not None else MonotonicClock()
-        self._rows = row_format(self.config)
-        self._fn = fn if self._rows is None else merged(fn, self._rows)
-        self._policy = make_policy(self.config)
-        self._queue: PendingQueue[_Entry] = PendingQueue(self.config.max_batch_size)
-        self._state = self._queue.state
-        self._stats = self._queue.stats
+        self._real_time = isinstance(self._clock, MonotonicClock)
+        self._now = self._clock.now
+        self._intake: Intake[_Entry] = Intake(self.config, self._now)
+        rows = self._intake.rows
+        self._fn = fn if rows is None else merged(fn, rows)
+        self._policy = self._intake.policy
+        self._queue = self._intake.queue
+        self._state = self._intake.state
+        self._stats = self._intake.stats
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)
         self._leader_waits = threading.Condition(self._lock)
@@ -120,10 +98,20 @@ class CooperativeBatcher(Generic[T, R]):
         self._sleepers = 0
         self._policy_sleepers = 0  # of those, the ones waiting for the policy's time
         self._free_slots = self.config.max_concurrent_batches
-        self._closing = False
         self._runners: set[int] = set()  # threads running a batch now
         self._closers = 0  # threads waiting in close()
-        self._now = time.monotonic if isinstance(self._clock, MonotonicClock) else self._clock.now
+        self._leaders: ThreadPoolExecutor | None = None  # lead for asyncio callers
+        self._to_answer: list[_LoopCall] = []  # asyncio callers settled, not yet told
+        # The pool thread on duty to lead for asyncio callers: its id, _SENT while
+        # one is on its way, None when none is (then no slot is free, or no asyncio
+        # caller leads). Pool threads leading or running a batch: _drivers.
+        self._duty: int | None = None
+        self._drivers: set[int] = set()
+
+    @property
+    def policy(self) -> Policy:
+        """This batcher's own policy (a fresh one, made from ``config.policy``)."""
+        return self._policy
 
     # -- calling -----------------------------------------------------------------
 
@@ -147,34 +135,46 @@ class CooperativeBatcher(Generic[T, R]):
         """
         if self._runners and threading.get_ident() in self._runners:
             raise RuntimeError("a batch function called its own batcher: that would deadlock")
-        if timeout_s is None:
-            timeout_s = self.config.timeout_s
-        if timeout_s is not None:
-            due = self._now() + timeout_s
-            deadline = due if deadline is None else min(due, deadline)
-        parts = self._parts(item)
+        due = self._intake.deadline(timeout_s, deadline)  # the one place it is worked out
+        parts = self._intake.parts(item)
         lock = self._lock
         with lock:
-            call = self._enqueue(parts, deadline)
-            while True:
-                if self._leader is None:
-                    self._leader = call
-                if self._leader is call:
-                    self._lead(call)
-                if not call.pending:
-                    break
-                if call.deadline is not None and self._now() >= call.deadline:
-                    self._expire(call)
-                    break
-                call.armed = True
-                woken = False
-                lock.release()
-                try:
-                    woken = call.signal.acquire(True, self._seconds_left(call))
-                finally:
-                    lock.acquire()
-                    call.disarm(woken)
-        return self._outcome(call)  # type: ignore[no-any-return]
+            call = _ThreadCall(due)
+            self._enqueue(call, parts)
+            try:
+                self._wait_for(call)
+            except BaseException:
+                self._abandon(call)
+                raise
+        return self._intake.result([entry.outcome for entry in call.entries])  # type: ignore[no-any-return]
+
+    async def asubmit(
+        self, item: T, *, timeout_s: float | None = None, deadline: float | None = None
+    ) -> R:
+        """Queue one item from asyncio code, in the same queue as the threads'; the
+        batch runs in a thread (a blocked caller's or a pool thread), never in the
+        event loop. Raises as :meth:`submit`."""
+        intake = self._intake
+        if intake.plain and timeout_s is None and deadline is None:
+            due, parts = None, [(item, 1)]  # nothing to work out
+        else:
+            due, parts = intake.deadline(timeout_s, deadline), intake.parts(item)
+        call = _LoopCall(due, asyncio.get_running_loop())
+        with self._lock:
+            self._enqueue(call, parts)
+            if self._leader is None:
+                self._leader = call
+                self._ensure_lead()
+        timer = None if due is None else self._clock.call_at(due, partial(self._timed_out, call))
+        try:
+            return await call.future  # type: ignore[no-any-return]
+        except asyncio.CancelledError:
+            with self._lock:
+                self._abandon(call)
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     def stats(self) -> BatcherStats:
         """A snapshot of the counters (see :class:`~microbatch.stats.BatcherStats`)."""
@@ -188,11 +188,12 @@ class CooperativeBatcher(Generic[T, R]):
             drain: Let the queued items run (True), or answer them BatcherClosed.
         """
         with self._lock:
-            self._closing = True
+            self._intake.closing = True
             if not drain:
                 for entry in list(self._queue):
                     self._queue.drop(entry)
                     self._settle(entry, BatcherClosed("the batcher closed before this item ran"))
+                self._settled_some()
             self._leader_waits.notify_all()
             self._closers += 1
             try:
@@ -200,6 +201,9 @@ class CooperativeBatcher(Generic[T, R]):
                     self._settled.wait()
             finally:
                 self._closers -= 1
+            leaders, self._leaders = self._leaders, None
+        if leaders is not None:
+            leaders.shutdown(wait=False)
 
     def __enter__(self) -> CooperativeBatcher[T, R]:
         return self
@@ -212,35 +216,10 @@ class CooperativeBatcher(Generic[T, R]):
     ) -> None:
         self.close()
 
-    # -- intake (lock held) ------------------------------------------------------
+    # -- intake and waiting (lock held) ------------------------------------------
 
-    def _parts(self, item: Any) -> list[tuple[Any, int]]:
-        if self._rows is not None:
-            return split_rows(self._rows, item, self.config.max_batch_size)
-        size_fn = self.config.size_fn
-        if size_fn is None:
-            return [(item, 1)]
-        size = size_fn(item)
-        if not isinstance(size, int) or size < 1:
-            raise ValueError(f"size_fn must return an int >= 1, got {size!r}")
-        if size > self.config.max_batch_size:
-            raise ItemTooLarge(
-                f"item of size {size} exceeds max_batch_size={self.config.max_batch_size}"
-            )
-        return [(item, size)]
-
-    def _enqueue(self, parts: list[tuple[Any, int]], deadline: float | None) -> _Call:
-        if self._closing:
-            raise BatcherClosed("the batcher is closed")
-        state = self._state
-        if state.count + len(parts) > self.config.max_queue:
-            self._stats.rejected += 1
-            raise Overloaded(f"the queue is full ({state.count} items waiting)")
-        now = self._now()
-        if deadline is not None and deadline <= now:
-            self._stats.expired += 1
-            raise DeadlineExceeded("the deadline passed before the item was queued")
-        call = _Call(deadline)
+    def _enqueue(self, call: _Call, parts: list[tuple[Any, int]]) -> None:
+        now = self._intake.admit(len(parts), call.deadline)
         for item, size in parts:
             entry = _Entry(call, item, size, now)
             call.entries.append(entry)
@@ -248,27 +227,69 @@ class CooperativeBatcher(Generic[T, R]):
         call.pending = len(parts)
         if self._policy_sleepers:
             self._leader_waits.notify_all()
-        return call
 
-    def _seconds_left(self, call: _Call) -> float:
-        """Seconds until the call's deadline (0 if passed), or -1 for no deadline."""
-        if call.deadline is None:
-            return -1
-        return max(call.deadline - self._now(), 0.0)
+    def _wait_for(self, call: _ThreadCall) -> None:
+        """Lead or follow until the call is settled (lock held, released meanwhile)."""
+        lock = self._lock
+        while True:
+            if self._leader is None:
+                self._leader = call
+            if self._leader is call:
+                self._lead(call)
+            if not call.pending:
+                return
+            due = call.deadline
+            timer = None
+            if due is not None and not self._real_time:
+                timer = self._clock.call_at(due, partial(self._wake_call, call))
+            if due is not None and self._now() >= due:
+                if timer is not None:
+                    timer.cancel()
+                self._expire(call)
+                return
+            call.armed = True
+            woken = False
+            lock.release()
+            try:
+                if due is None or not self._real_time:
+                    woken = call.signal.acquire()
+                else:
+                    woken = call.signal.acquire(True, max(due - self._now(), 0.0))
+            finally:
+                lock.acquire()
+                call.disarm(woken)
+                if timer is not None:
+                    timer.cancel()
 
-    def _outcome(self, call: _Call) -> Any:
-        if len(call.entries) == 1:
-            outcome = call.entries[0].outcome
-            if isinstance(outcome, BaseException):
-                raise outcome
-            return outcome
-        outcomes = [entry.outcome for entry in call.entries]
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
-        if self._rows is not None and len(outcomes) > 1:
-            return self._rows.join(outcomes)
-        return outcomes[0]
+    def _wake_call(self, call: _ThreadCall) -> None:
+        """A fake-clock timer: the call's deadline came."""
+        with self._lock:
+            call.wake()
+
+    def _timed_out(self, call: _LoopCall) -> None:
+        """The deadline of an asyncio caller came (a clock timer)."""
+        with self._lock:
+            if call.pending:
+                self._expire(call)
+                if self._leader is call:
+                    if self._duty is None:  # nobody leads for it now: pass it on here
+                        self._pass_lead()
+                    else:
+                        self._wake_leader()
+
+    def _abandon(self, call: _Call) -> None:
+        """The caller stopped waiting (cancelled, or interrupted by whatever escaped
+        it): answer its items, and pass the lead on if it held it."""
+        for entry in call.entries:
+            if entry.outcome is _PENDING:
+                if entry.queued:
+                    self._stats.cancelled += 1
+                    self._queue.drop(entry)
+                self._settle(entry, MicrobatchError("the caller stopped waiting"))
+        if self._leader is call:
+            self._pass_lead()
+        self._wake_leader()
+        self._settled_some()
 
     # -- leading (lock held) -----------------------------------------------------
 
@@ -280,41 +301,52 @@ class CooperativeBatcher(Generic[T, R]):
             if call.deadline is not None and now >= call.deadline:
                 self._expire(call)
                 break
-            timeout = None if call.deadline is None else call.deadline - now
             if not self._free_slots:
-                self._leader_sleep(timeout)
+                self._leader_sleep(call.deadline)
                 continue
             head = self._queue.head()
             if head is None or head.call is not call:
                 break  # my items are all in flight: the next caller leads
-            if not self._closing:
+            if not self._intake.closing:
                 at = self._policy.release_at(state, now)
                 if at > now:
-                    wait = at - now if timeout is None else min(at - now, timeout)
-                    self._leader_sleep(wait, for_policy=True)
+                    due = call.deadline
+                    self._leader_sleep(at if due is None else min(at, due), for_policy=True)
                     continue
-            batch, units = self._take(now)
-            self._run(batch, units)
+            self._run(*self._take(now))
             if not call.pending and self._full_batch_waits():
                 # Under saturation, run the next full batch before returning: this
                 # thread holds the GIL now, while the next leader would first have to
                 # win it from every caller just woken, leaving the model idle.
-                batch, units = self._take(self._now())
-                self._run(batch, units)
+                self._run(*self._take(self._now()))
         if self._leader is call:
             self._pass_lead()
 
     def _full_batch_waits(self) -> bool:
         return bool(self._free_slots) and self._state.size >= self.config.max_batch_size
 
-    def _leader_sleep(self, timeout: float | None, *, for_policy: bool = False) -> None:
+    def _leader_sleep(self, until: float | None, *, for_policy: bool = False) -> None:
         self._sleepers += 1
         self._policy_sleepers += for_policy
         try:
-            self._leader_waits.wait(timeout)
+            if until is None:
+                self._leader_waits.wait()
+            elif self._real_time:
+                self._leader_waits.wait(max(until - self._now(), 0.0))
+            else:
+                timer = self._clock.call_at(until, self._wake_leader_locked)
+                try:
+                    if self._now() < until:
+                        self._leader_waits.wait()
+                finally:
+                    timer.cancel()
         finally:
             self._sleepers -= 1
             self._policy_sleepers -= for_policy
+
+    def _wake_leader_locked(self) -> None:
+        with self._lock:
+            self._leader_waits.notify_all()
 
     def _wake_leader(self) -> None:
         if self._sleepers:
@@ -322,14 +354,55 @@ class CooperativeBatcher(Generic[T, R]):
 
     def _pass_lead(self) -> None:
         head = self._queue.head()
-        self._leader = None if head is None else head.call
-        if self._leader is not None:
-            self._leader.wake()
+        leader = self._leader = None if head is None else head.call
+        if isinstance(leader, _ThreadCall):
+            leader.wake()
+        else:
+            self._ensure_lead()
+
+    def _ensure_lead(self) -> None:
+        """An asyncio caller leads: when a slot is free, make sure a pool thread leads
+        in its place (one at a time). With no slot free, the thread that frees one
+        comes back here (or, a pool thread, leads on itself)."""
+        if not isinstance(self._leader, _LoopCall) or self._duty is not None:
+            return
+        if not self._free_slots:
+            return
+        if self._leaders is None:
+            # One thread per slot (each may run a batch) and one to lead meanwhile.
+            self._leaders = ThreadPoolExecutor(
+                self.config.max_concurrent_batches + 1, thread_name_prefix="microbatch-lead"
+            )
+        self._duty = _SENT
+        self._leaders.submit(self._drive)
+
+    def _drive(self) -> None:
+        """In a pool thread: lead for asyncio callers while one leads and no other
+        pool thread is on duty; a batch taken is run here (off duty meanwhile)."""
+        me = threading.get_ident()
+        with self._lock:
+            self._drivers.add(me)
+            if self._duty == _SENT:
+                self._duty = None
+            try:
+                while isinstance(self._leader, _LoopCall) and self._duty in (me, None):
+                    self._duty = me
+                    self._lead(self._leader)
+            except BaseException:  # the batch's items are answered already
+                if isinstance(self._leader, _LoopCall):
+                    self._pass_lead()
+            finally:
+                self._drivers.discard(me)
+                if self._duty == me:
+                    self._duty = None
+                self._ensure_lead()
 
     def _take(self, now: float) -> tuple[list[_Entry], int]:
         """Take the next batch into a slot and hand the lead to the next caller."""
         batch, units = self._queue.take(now)
         self._free_slots -= 1
+        if self._duty == threading.get_ident():
+            self._duty = None  # a pool thread about to run a batch is off duty
         self._pass_lead()
         return batch, units
 
@@ -340,8 +413,8 @@ class CooperativeBatcher(Generic[T, R]):
         me = threading.get_ident()
         self._runners.add(me)
         self._lock.release()
+        start = end = self._now()
         try:
-            start = self._now()
             outcomes = run_batch(
                 self._fn, items, self.config.isolate_errors, lambda i: batch[i].outcome is _PENDING
             )
@@ -349,20 +422,22 @@ class CooperativeBatcher(Generic[T, R]):
         finally:
             self._lock.acquire()
             self._runners.discard(me)
-            if outcomes is None:
+            if outcomes is None:  # something escaped the model: answer every item
                 for entry in batch:
                     self._settle(entry, MicrobatchError("the batch was aborted"))
                 end = self._now()
             self._state.finished(len(batch), end)
             self._free_slots += 1
             self._wake_leader()
+            if me not in self._drivers:  # a pool thread leads on by itself
+                self._ensure_lead()
+            self._settled_some()
         self._policy.batch_finished(units, end - start)
         for entry, outcome in zip(batch, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 self._stats.failed += 1
             self._settle(entry, outcome)
-        if self._closers and not (self._state.count or self._state.in_flight):
-            self._settled.notify_all()
+        self._settled_some()
 
     # -- settling (lock held) ----------------------------------------------------
 
@@ -372,8 +447,29 @@ class CooperativeBatcher(Generic[T, R]):
         entry.outcome = outcome
         call = entry.call
         call.pending -= 1
-        if not call.pending:
+        if call.pending:
+            return
+        if isinstance(call, _ThreadCall):
             call.wake()
+        elif isinstance(call, _LoopCall) and not call.answered:
+            call.answered = True
+            self._to_answer.append(call)  # answered together, by _settled_some()
+
+    def _answer(self, calls: list[_LoopCall]) -> None:
+        """In the callers' loop: each one's result, from its settled items."""
+        for call in calls:
+            if call.future.done():
+                continue
+            entries = call.entries
+            if len(entries) == 1 and not isinstance(entries[0].outcome, BaseException):
+                call.future.set_result(entries[0].outcome)
+                continue
+            try:
+                result = self._intake.result([entry.outcome for entry in entries])
+            except BaseException as exc:
+                call.future.set_exception(exc)
+            else:
+                call.future.set_result(result)
 
     def _expire(self, call: _Call) -> None:
         for entry in call.entries:
@@ -384,5 +480,18 @@ class CooperativeBatcher(Generic[T, R]):
                 self._settle(
                     entry, DeadlineExceeded("the deadline passed before the result was ready")
                 )
+        self._settled_some()
+
+    def _settled_some(self) -> None:
+        """After settling items: answer the asyncio callers settled (one callback
+        per loop, not one wake-up of the loop per item), and wake close()."""
+        if self._to_answer:
+            by_loop: dict[asyncio.AbstractEventLoop, list[_LoopCall]] = {}
+            for call in self._to_answer:
+                by_loop.setdefault(call.loop, []).append(call)
+            self._to_answer = []
+            for loop, calls in by_loop.items():
+                with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
+                    loop.call_soon_threadsafe(self._answer, calls)
         if self._closers and not (self._state.count or self._state.in_flight):
             self._settled.notify_all()

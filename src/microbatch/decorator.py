@@ -1,31 +1,37 @@
 """``@microbatch.batch``: a function over a list becomes a function over one item.
 
 An ``async def`` function becomes a coroutine function awaited once per item; a
-plain function becomes a blocking per-item call for threads (and ``acall`` for
-asyncio callers, which runs the batch in a worker thread).
+plain function becomes a blocking per-item call for threads, and ``acall`` for
+asyncio callers, both in one queue (the batch runs in a thread, never in the loop).
+Both are :class:`~microbatch.types.Servable`: the HTTP app, the ``--workers`` hub
+and Ray replicas serve them as they serve a Service.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypedDict, TypeVar, overload
 from weakref import WeakKeyDictionary
 
+from ._hints import item_types
 from .batcher import Batcher
 from .config import BatchConfig
 from .cooperative import CooperativeBatcher
 from .execution import is_async_callable
 from .policy import QueueState
-from .stats import BatcherStats, StatsRecorder
+from .stats import BatcherStats, ServiceStats, StageStats, StatsRecorder
+from .types import Route
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
+    from .config import PolicySpec
     from .merge import RowFormat
-    from .policy import Policy
 
 __all__ = ["AsyncBatchedFunction", "BatchSettings", "SyncBatchedFunction", "batch"]
 
@@ -33,18 +39,22 @@ S = TypeVar("S")  # the instance, for methods
 T = TypeVar("T")
 R = TypeVar("R")
 
+_NO_ROUTES: Mapping[str, Route] = MappingProxyType({})
+
 
 class BatchSettings(TypedDict, total=False):
-    """Keyword settings of :func:`batch`; see :class:`~microbatch.config.BatchConfig`."""
+    """Keyword settings of :func:`batch`: those of :class:`~microbatch.config.BatchConfig`,
+    and ``examples`` (items for warm-up, OpenAPI and ``microbatch bench``)."""
 
     max_batch_size: int
     max_latency_ms: float
-    policy: Literal["adaptive", "fixed"] | Policy
+    policy: PolicySpec
     max_queue: int
     max_concurrent_batches: int
     timeout_s: float | None
     size_fn: Callable[[Any], int] | None
     isolate_errors: bool
+    examples: Sequence[Any]
 
 
 class _LoopBatchers(Generic[T, R]):
@@ -78,17 +88,20 @@ class _LoopBatchers(Generic[T, R]):
             await batcher.close()
 
 
-class _BindsToInstances:
-    """Makes a batched function work as a method: each instance gets its own batcher.
-
-    ``@batch`` on a method binds the method to the instance on first access and keeps
-    the bound batched function on the instance, so every instance batches its own
-    calls (and its own model) separately.
-    """
+class _Served:
+    """What both batched functions share: binding to instances (``@batch`` on a
+    method: each instance gets its own batched function, its own batchers and its
+    own policy), and the declared parts of the Servable contract."""
 
     __wrapped__: Callable[..., Any]
     config: BatchConfig
     _attribute: str | None = None
+
+    def _serve(self, source: Callable[..., Any], examples: Sequence[Any]) -> None:
+        self._source = source  # the function as written (unbound), for its hints
+        self._examples = tuple(examples)
+        self._started = False
+        self._closing = False
 
     def __set_name__(self, owner: type, name: str) -> None:
         self._attribute = name
@@ -96,20 +109,86 @@ class _BindsToInstances:
     def __get__(self, instance: object, owner: type | None = None) -> Any:
         if instance is None:
             return self
-        bound = type(self)(functools.partial(self.__wrapped__, instance), self.config)  # type: ignore[call-arg]
+        bound = type(self)(  # type: ignore[call-arg]
+            functools.partial(self.__wrapped__, instance),
+            self.config,
+            examples=self._examples,
+            source=self._source,
+        )
         if self._attribute is not None and hasattr(instance, "__dict__"):
             instance.__dict__[self._attribute] = bound
         return bound
 
+    @property
+    def name(self) -> str:
+        """The function's name."""
+        return getattr(self._source, "__name__", "model")
 
-class AsyncBatchedFunction(_BindsToInstances, Generic[T, R]):
-    """An ``async`` batch function, called with one item: ``await fn(item)``."""
+    @property
+    def input_type(self) -> Any:
+        """The declared type of one item (``T`` of ``list[T]``), or ``Any``."""
+        return item_types(self._source)[0]
+
+    @property
+    def output_type(self) -> Any:
+        """The declared type of one result, or ``Any``."""
+        return item_types(self._source)[1]
+
+    @property
+    def routes(self) -> Mapping[str, Route]:
+        """None: a function is one entry point."""
+        return _NO_ROUTES
+
+    @property
+    def examples(self) -> Sequence[Any]:
+        """The ``examples=`` given to ``@batch``."""
+        return self._examples
+
+    @property
+    def ready(self) -> bool:
+        """Started and not closing."""
+        return self._started and not self._closing
+
+    async def start(self) -> None:
+        """Nothing to start (batchers are made on first use): mark it ready."""
+        self._started = True
+        self._closing = False
+
+    def _service_stats(self, batching: BatcherStats) -> ServiceStats:
+        slots = self.config.max_concurrent_batches
+        stage = StageStats(self.name, slots, slots, 0, batching)
+        in_flight = batching.queued + batching.in_flight
+        return ServiceStats(self.ready, self._closing, in_flight, (stage,))
+
+
+def _final(deadline: float | None) -> float | None:
+    """``timeout_s`` for a Servable submit: its deadline, when given, is final (the
+    front door worked it out); without one, the function's ``timeout_s`` applies."""
+    return None if deadline is None else math.inf
+
+
+def _no_route(route: str | None) -> None:
+    if route is not None:
+        raise KeyError(f"no route {route!r}: a batched function has none")
+
+
+class AsyncBatchedFunction(_Served, Generic[T, R]):
+    """An ``async`` batch function, called with one item: ``await fn(item)``.
+
+    Each event loop gets its own :class:`~microbatch.batcher.Batcher` on first use.
+    """
 
     def __init__(
-        self, fn: Callable[[list[T]], Awaitable[Sequence[R]]], config: BatchConfig
+        self,
+        fn: Callable[[list[T]], Awaitable[Sequence[R]]],
+        config: BatchConfig,
+        *,
+        examples: Sequence[Any] = (),
+        source: Callable[..., Any] | None = None,
     ) -> None:
         functools.update_wrapper(self, fn)
         self.config = config
+        self._serve(fn if source is None else source, examples)
         self._batchers: _LoopBatchers[T, R] = _LoopBatchers(fn, config)
 
     def __call__(
@@ -125,64 +204,130 @@ class AsyncBatchedFunction(_BindsToInstances, Generic[T, R]):
     async def _submit_later(self, item: T, timeout_s: float | None, deadline: float | None) -> R:
         return await self._batchers.current().submit(item, timeout_s=timeout_s, deadline=deadline)
 
+    async def submit(
+        self, item: T, *, deadline: float | None = None, route: str | None = None
+    ) -> R:
+        """The Servable entry: one item, its result (``deadline`` is final).
+
+        Raises:
+            KeyError: ``route`` is given (a function has no routes).
+        """
+        _no_route(route)
+        return await self._batchers.current().submit(
+            item, timeout_s=_final(deadline), deadline=deadline
+        )
+
     @property
     def batcher(self) -> Batcher[T, R]:
         """The :class:`~microbatch.batcher.Batcher` of the running event loop."""
         return self._batchers.current()
 
-    def stats(self) -> BatcherStats:
-        """Counters of the batcher used last (empty before the first call)."""
+    def stats(self) -> ServiceStats:
+        """One stage: the counters of the batcher used last (empty before the first
+        call) in ``stages[0].batching``."""
         last = self._batchers.last
-        return last.stats() if last is not None else StatsRecorder().snapshot(QueueState())
+        batching = last.stats() if last is not None else StatsRecorder().snapshot(QueueState())
+        return self._service_stats(batching)
 
     async def close(self) -> None:
-        """Close the running loop's batcher, running what is queued."""
+        """Close the running loop's batcher, running what is queued (a later call
+        starts a new one)."""
+        self._closing = True
         await self._batchers.close()
 
 
-class SyncBatchedFunction(_BindsToInstances, Generic[T, R]):
+class SyncBatchedFunction(_Served, Generic[T, R]):
     """A plain batch function, called with one item from any number of threads.
 
     ``fn(item)`` blocks the calling thread (one of the callers runs each batch);
-    ``await fn.acall(item)`` serves asyncio callers and runs batches in a thread.
-    Threads and asyncio callers are batched separately, each path keeping its own
-    ``max_concurrent_batches`` limit.
+    ``await fn.acall(item)`` serves asyncio callers, in the same queue: threads and
+    asyncio callers batch together, under one ``max_concurrent_batches`` limit and
+    one set of counters.
     """
 
-    def __init__(self, fn: Callable[[list[T]], Sequence[R]], config: BatchConfig) -> None:
+    def __init__(
+        self,
+        fn: Callable[[list[T]], Sequence[R]],
+        config: BatchConfig,
+        *,
+        examples: Sequence[Any] = (),
+        source: Callable[..., Any] | None = None,
+    ) -> None:
         functools.update_wrapper(self, fn)
         self.config = config
-        self.threads: CooperativeBatcher[T, R] = CooperativeBatcher(fn, config)
-        self._batchers: _LoopBatchers[T, R] = _LoopBatchers(fn, config)
+        self._serve(fn if source is None else source, examples)
+        self._fn = fn
+        self._batcher: CooperativeBatcher[T, R] = CooperativeBatcher(fn, config)
 
     def __call__(
         self, item: T, /, *, timeout_s: float | None = None, deadline: float | None = None
     ) -> R:
         """Submit one item and block for its result; see :meth:`CooperativeBatcher.submit`."""
-        return self.threads.submit(item, timeout_s=timeout_s, deadline=deadline)
+        return self._batcher.submit(item, timeout_s=timeout_s, deadline=deadline)
 
     async def acall(
         self, item: T, /, *, timeout_s: float | None = None, deadline: float | None = None
     ) -> R:
         """Submit one item from asyncio code; the batch runs off the event loop."""
-        return await self._batchers.current().submit(item, timeout_s=timeout_s, deadline=deadline)
+        return await self._batcher.asubmit(item, timeout_s=timeout_s, deadline=deadline)
+
+    async def submit(
+        self, item: T, *, deadline: float | None = None, route: str | None = None
+    ) -> R:
+        """The Servable entry: :meth:`acall` (``deadline`` is final).
+
+        Raises:
+            KeyError: ``route`` is given (a function has no routes).
+        """
+        _no_route(route)
+        return await self._batcher.asubmit(item, timeout_s=_final(deadline), deadline=deadline)
 
     @property
-    def loop_batcher(self) -> Batcher[T, R]:
-        """The :class:`~microbatch.batcher.Batcher` serving ``acall`` in the running loop."""
-        return self._batchers.current()
+    def batcher(self) -> CooperativeBatcher[T, R]:
+        """The one :class:`~microbatch.cooperative.CooperativeBatcher` of threads and
+        ``acall``."""
+        return self._batcher
 
-    def stats(self) -> BatcherStats:
-        """Counters of the thread path (``loop_batcher.stats()`` for ``acall``)."""
-        return self.threads.stats()
+    threads = batcher
+    loop_batcher = batcher  # before thread and asyncio callers shared one batcher
 
-    def close(self) -> None:
-        """Close the thread path, running what is queued."""
-        self.threads.close()
+    def stats(self) -> ServiceStats:
+        """One stage: the counters of every caller, threads and ``acall``, in
+        ``stages[0].batching``."""
+        return self._service_stats(self._batcher.stats())
+
+    def close(self) -> Awaitable[None]:
+        """Refuse new items, run the queued ones, and return when none is left; a
+        later call starts afresh with a new batcher.
+
+        From a thread (no running event loop) it blocks until done. In an event loop,
+        ``await fn.close()``: the wait happens in a thread, the loop keeps serving.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self._close_now()
+            return _Done()
+        return self.aclose()
 
     async def aclose(self) -> None:
-        """Close the running loop's ``acall`` batcher, running what is queued."""
-        await self._batchers.close()
+        """:meth:`close` from asyncio code."""
+        await asyncio.to_thread(self._close_now)
+
+    def _close_now(self) -> None:
+        self._closing = True
+        closing = self._batcher
+        closing.close()
+        if self._batcher is closing:
+            self._batcher = CooperativeBatcher(self._fn, self.config)
+
+
+class _Done:
+    """An awaitable that is done already (a close that finished before returning)."""
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield
 
 
 class BatchDecorator(Protocol):
@@ -248,11 +393,12 @@ def batch(fn: Callable[..., Any] | None = None, /, **settings: Any) -> Any:
     Raises:
         ValueError: A setting is out of range.
     """
+    examples = settings.pop("examples", ())
     config = BatchConfig(**settings)
 
     def wrap(function: Callable[..., Any]) -> Any:
         if is_async_callable(function):
-            return AsyncBatchedFunction(function, config)
-        return SyncBatchedFunction(function, config)
+            return AsyncBatchedFunction(function, config, examples=examples)
+        return SyncBatchedFunction(function, config, examples=examples)
 
     return wrap if fn is None else wrap(fn)

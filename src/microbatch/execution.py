@@ -52,18 +52,31 @@ def execution_plan(count: int, isolate_errors: bool) -> Plan:
             else:
                 outcomes[start:stop] = [reply] * width
             continue
-        try:
-            length = len(reply)  # type: ignore[arg-type]
-        except TypeError:
-            length = -1
-        if length != width:
+        results = _materialised(reply, width)
+        if results is None:
             error = ResultLengthError(
                 f"the batch function returned {_describe(reply)} for a batch of {width} items"
             )
             outcomes[start:stop] = [error] * width
         else:
-            outcomes[start:stop] = reply  # type: ignore[call-overload]
+            outcomes[start:stop] = results
     return outcomes
+
+
+def _materialised(reply: object, width: int) -> list[Any] | None:
+    """``reply`` as a list of ``width`` results, or None when it is not one.
+
+    Both its ``len()`` and what iterating it yields must count ``width``: a table
+    (a pandas DataFrame) has as many rows as items but iterates its column names.
+    """
+    if type(reply) is list:
+        return reply if len(reply) == width else None
+    try:
+        length = len(reply)  # type: ignore[arg-type]
+        results = list(reply)  # type: ignore[call-overload]
+    except TypeError:
+        return None
+    return results if length == width and len(results) == width else None
 
 
 def run_batch(
@@ -209,9 +222,13 @@ def _spread(results: Sequence[Any], keep: list[int], start: int, stop: int) -> o
 
 def _describe(value: object) -> str:
     try:
-        return f"{type(value).__name__} of length {len(value)}"  # type: ignore[arg-type]
+        length = len(value)  # type: ignore[arg-type]
+        yielded = len(list(value))  # type: ignore[call-overload]
     except TypeError:
         return f"a {type(value).__name__}, not a list"
+    if yielded != length:
+        return f"{type(value).__name__} of length {length} that iterates {yielded} values"
+    return f"{type(value).__name__} of length {length}"
 
 
 def is_async_callable(fn: object) -> bool:

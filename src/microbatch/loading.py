@@ -1,12 +1,16 @@
-"""Finding what to serve from a ``MODULE:ATTR`` string, as uvicorn does."""
+"""Finding what to serve: a ``MODULE:ATTR`` string (as uvicorn does), and the object
+it names as a :class:`~microbatch.types.Servable`."""
 
 from __future__ import annotations
 
 import importlib
 import os
 import sys
+from typing import Any
 
-__all__ = ["load_target"]
+from .types import Servable
+
+__all__ = ["as_servable", "load_target"]
 
 
 def load_target(spec: str) -> object:
@@ -26,3 +30,18 @@ def load_target(spec: str) -> object:
     for part in attribute.split("."):
         target = getattr(target, part)
     return target
+
+
+def as_servable(served: object) -> Servable[Any, Any]:
+    """``served``, checked to speak the contract every front door speaks
+    (:class:`~microbatch.types.Servable`): a :class:`~microbatch.Service` and a
+    ``@microbatch.batch`` function do.
+
+    Raises:
+        TypeError: ``served`` does not.
+    """
+    if isinstance(served, Servable) and not isinstance(served, type):
+        return served
+    raise TypeError(
+        f"expected a microbatch.Service or a @microbatch.batch function, got {served!r}"
+    )

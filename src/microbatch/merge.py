@@ -11,12 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from itertools import accumulate, pairwise
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from .errors import ResultLengthError
-
-if TYPE_CHECKING:
-    from .config import BatchConfig
 
 __all__ = [
     "ListRows",
@@ -24,7 +21,6 @@ __all__ = [
     "RowFormat",
     "merged",
     "merged_async",
-    "row_format",
     "split_rows",
 ]
 
@@ -72,7 +68,8 @@ class ListRows:
 
     def split(self, result: Any, counts: list[int]) -> list[Any]:
         """One list of results per item; an item with an exception row gets that exception."""
-        parts = _cut_by_counts(result, counts)
+        rows = _rows_of(result, sum(counts))
+        parts = rows if isinstance(rows, ResultLengthError) else _cut_by_counts(rows, counts)
         if isinstance(parts, ResultLengthError):
             return [parts] * len(counts)
         return [_first_error(part) or list(part) for part in parts]
@@ -113,20 +110,6 @@ class NumpyRows:
         import numpy as np
 
         return np.concatenate(parts, axis=0)
-
-
-def row_format(config: BatchConfig) -> RowFormat | None:
-    """The RowFormat that ``config.rows`` names, or ``None`` for one-row items."""
-    rows = config.rows
-    if rows is None:
-        return None
-    if rows == "list":
-        return ListRows()
-    if rows == "numpy":
-        return NumpyRows()
-    if isinstance(rows, RowFormat):
-        return rows
-    raise TypeError(f"not a RowFormat: {rows!r}")
 
 
 def split_rows(fmt: RowFormat, item: Any, limit: int) -> list[tuple[Any, int]]:
@@ -176,6 +159,23 @@ def _cut_by_counts(result: Any, counts: list[int]) -> list[Any] | ResultLengthEr
         )
     bounds = [0, *accumulate(counts)]
     return [result[start:stop] for start, stop in pairwise(bounds)]
+
+
+def _rows_of(result: Any, total: int) -> list[Any] | ResultLengthError:
+    """``result`` as a list of ``total`` rows: its ``len()`` and what iterating it
+    yields must both count them (a DataFrame has rows but iterates column names)."""
+    if type(result) is list:
+        return result
+    try:
+        length, rows = len(result), list(result)
+    except TypeError:
+        return ResultLengthError(f"the batch function returned no sequence for {total} rows")
+    if length != len(rows):
+        return ResultLengthError(
+            f"the batch function returned {type(result).__name__} of length {length}"
+            f" that iterates {len(rows)} values, for {total} rows"
+        )
+    return rows
 
 
 def _first_error(rows: Any) -> BaseException | None:

@@ -10,10 +10,7 @@ batcher passes ``now``, which keeps every decision a pure, testable function.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
-
-if TYPE_CHECKING:
-    from .config import BatchConfig
+from typing import Protocol, runtime_checkable
 
 __all__ = [
     "AdaptivePolicy",
@@ -21,7 +18,6 @@ __all__ = [
     "FixedPolicy",
     "Policy",
     "QueueState",
-    "make_policy",
 ]
 
 # The mean gap between arrivals is averaged over about this many arrivals: enough to
@@ -374,17 +370,3 @@ class AdaptivePolicy:
     def batch_finished(self, size: int, duration_s: float) -> None:
         """Feed the cost model."""
         self.cost.observe(size, duration_s)
-
-
-def make_policy(config: BatchConfig) -> Policy:
-    """The policy object named by ``config.policy`` (a fresh one per batcher)."""
-    spec = config.policy
-    if spec == "fixed":
-        return FixedPolicy(config.max_batch_size, config.max_latency_s)
-    if spec == "adaptive":
-        return AdaptivePolicy(
-            config.max_batch_size, config.max_latency_s, slots=config.max_concurrent_batches
-        )
-    if isinstance(spec, Policy):
-        return spec
-    raise TypeError(f"not a policy: {spec!r}")

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     from .stats import ServiceStats
@@ -80,6 +80,7 @@ class Route(NamedTuple):
     output_type: Any
 
 
+@runtime_checkable
 class Servable(Protocol[T_contra, R_co]):
     """The one contract every front door speaks: a model that takes one item at a
     time and gives each caller its own result.
@@ -115,8 +116,9 @@ class Servable(Protocol[T_contra, R_co]):
     async def start(self) -> None:
         """Start workers and warm up."""
 
-    async def close(self) -> None:
-        """Refuse new items, finish the ones inside, stop workers."""
+    def close(self) -> Awaitable[None]:
+        """Refuse new items, finish the ones inside, stop workers (await it; an
+        ``async def close`` is one)."""
 
     async def submit(
         self, item: T_contra, *, deadline: float | None = None, route: str | None = None
@@ -148,6 +150,9 @@ class BatchJob:
             (cancelled, or its deadline passed): a runner that starts the batch later
             than it got it leaves such items out.
         units: The batch's size in batch units (items, rows or ``size_fn`` units).
+
+    With ``rows``, each item is one caller's part (a sequence of rows), not merged:
+    the runner merges the parts it runs and splits the result back.
     """
 
     items: list[Any]
@@ -176,7 +181,12 @@ class BatchDone:
 
 class BatchRunner(Protocol):
     """Runs batches somewhere else (worker processes, threads) and owns the ledger of
-    the batches it holds: when each one really starts and ends."""
+    the batches it holds: when each one really starts and ends.
+
+    The batcher hands it at most ``max_concurrent_batches`` batches to run and, with
+    run-ahead, one more per slot to start the moment a running one ends; it learns
+    the cost model from ``finished_s - started_s`` over ``units`` of each report, and,
+    while every slot is busy, reads :meth:`running_since`."""
 
     async def run(self, job: BatchJob) -> BatchDone:
         """Run one batch; never raise for the batch as a whole (a dead worker or a

@@ -11,7 +11,7 @@ from . import models
 
 
 def test_the_public_api_is_pinned() -> None:
-    assert sorted(microbatch.http.__all__) == ["HttpApp", "HttpConfig", "Target", "app"]
+    assert sorted(microbatch.http.__all__) == ["HttpApp", "HttpConfig", "app"]
 
 
 def test_app_refuses_what_it_cannot_serve() -> None:
@@ -35,7 +35,7 @@ def test_settings_out_of_range_are_refused_by_name(settings: dict[str, object], 
 
 def test_the_item_types_come_from_the_type_hints() -> None:
     served = app(models.service)
-    assert (served.target.input_type, served.target.output_type) == (models.Point, models.Doubled)
+    assert (served.servable.input_type, served.servable.output_type) == (models.Point, models.Doubled)
     untyped = app(models.untyped)
     assert (
         untyped.openapi["paths"]["/predict"]["post"]["requestBody"]["content"]["application/json"][

@@ -153,7 +153,7 @@ async def test_many_asyncio_callers_with_cancellations_and_deadlines() -> None:
             assert result == item * 3
     assert all(count == 1 for count in computed.values())
     await model.close()
-    stats = model.stats()
+    stats = model.stats().stages[0].batching
     assert (stats.queued, stats.in_flight) == (0, 0)
 
 

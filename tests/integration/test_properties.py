@@ -4,6 +4,9 @@ Hypothesis draws the settings and a schedule of arrivals, cancellations, deadlin
 poison items, worker deaths and clock advances; a FakeClock makes each schedule
 deterministic. A worker death ends a running batch the way a process pool reports
 it: every item of that batch gets WorkerDied (nothing is raised, nothing re-run).
+The batches go to the model as a function, or through a runner with one worker per
+slot that holds batches handed over ahead (as a process pool does) and leaves out,
+when it starts one, the items whose caller left or whose deadline passed.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from hypothesis import strategies as st
 
 from microbatch import Batcher, DeadlineExceeded, Overloaded
 from microbatch.errors import WorkerDied
+from microbatch.execution import run_batch_async
 from microbatch.testing import FakeClock
+from microbatch.types import BatchDone, BatchJob
 
 
 class Poison(ValueError):
@@ -70,13 +75,9 @@ class World:
         if self.running:
             self.running.pop(0).set_result(None)
 
-    async def model(
-        self, items: list[Item], deadlines: list[float | None] | None = None
-    ) -> list[object]:
+    async def model(self, items: list[Item]) -> list[object]:
         now = self.clock.now()
         self.batches.append(list(items))
-        if deadlines is not None and deadlines != [self.deadlines.get(i.id) for i in items]:
-            self.violations.append(f"deadlines {deadlines} handed with items {items}")
         if sum(item.size for item in items) > self.max_batch_size:
             self.violations.append(f"batch over its limit: {items}")
         for item in items:
@@ -125,7 +126,7 @@ settings_of_a_run = st.fixed_dictionaries(
         "cost_s": st.sampled_from([0.0, 0.0005, 0.002]),
         "isolate_errors": st.booleans(),
         "sized": st.booleans(),
-        "pass_deadlines": st.booleans(),
+        "runner": st.booleans(),
     }
 )
 """The batcher's settings and the model's cost, drawn for each schedule."""
@@ -148,7 +149,7 @@ async def run_schedule(
     *,
     cost_s: float,
     sized: bool,
-    pass_deadlines: bool = False,
+    runner: bool = False,
     **config: object,
 ) -> Counter[str]:
     """Run one schedule and check every outcome; return the outcomes by kind."""
@@ -157,13 +158,19 @@ async def run_schedule(
     clock = FakeClock()
     max_batch_size = int(config["max_batch_size"])  # type: ignore[call-overload]
     world = World(clock, max_batch_size, cost_s)
-    batcher: Batcher[Item, int] = Batcher(
-        world.model,
-        clock=clock,
-        size_fn=(lambda item: item.size) if sized else None,
-        pass_deadlines=pass_deadlines,
-        **config,  # type: ignore[arg-type]
-    )
+    size_fn = (lambda item: item.size) if sized else None
+    batcher: Batcher[Item, int]
+    if runner:
+        workers = int(config["max_concurrent_batches"])  # type: ignore[call-overload]
+        world_runner = WorldRunner(world, workers, bool(config["isolate_errors"]))
+        batcher = Batcher(
+            runner=world_runner,
+            clock=clock,
+            size_fn=size_fn,
+            **config,  # type: ignore[arg-type]
+        )
+    else:
+        batcher = Batcher(world.model, clock=clock, size_fn=size_fn, **config)  # type: ignore[arg-type]
     items: list[Item] = []
     tasks: list[asyncio.Task[int]] = []
     for op in schedule:
@@ -233,6 +240,45 @@ async def run_schedule(
     event(f"batches: {_bucket(len(world.batches))}")
     event(f"worker deaths: {_bucket(outcomes['WorkerDied'])}")
     return outcomes
+
+
+class WorldRunner:
+    """The world's model behind a runner with ``workers`` workers, each taking the
+    batches handed to it in turn."""
+
+    def __init__(self, world: World, workers: int, isolate_errors: bool) -> None:
+        self.world = world
+        self.free = asyncio.Semaphore(workers)
+        self.isolate = isolate_errors
+        self.started: dict[int, float] = {}
+
+    def running_since(self) -> float | None:
+        return min(self.started.values(), default=None)
+
+    async def run(self, job: BatchJob) -> BatchDone:
+        world = self.world
+        if list(job.deadlines) != [world.deadlines.get(item.id) for item in job.items]:
+            world.violations.append(f"deadlines {job.deadlines} handed with {job.items}")
+        async with self.free:
+            keep = [i for i in range(len(job.items)) if job.wanted(i)]
+            placed: list[object] = [DeadlineExceeded("left out")] * len(job.items)
+            if not keep:
+                return BatchDone(placed)
+            started = world.clock.now()
+            self.started[id(job)] = started
+            try:
+                outcomes = await run_batch_async(
+                    world.model,
+                    [job.items[i] for i in keep],
+                    self.isolate,
+                    lambda k: job.wanted(keep[k]),
+                )
+            finally:
+                del self.started[id(job)]
+        for index, outcome in zip(keep, outcomes, strict=True):
+            placed[index] = outcome
+        units = sum(job.items[i].size for i in keep)
+        return BatchDone(placed, started, world.clock.now(), units)
 
 
 def _bucket(count: int) -> str:

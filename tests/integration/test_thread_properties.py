@@ -3,11 +3,13 @@
 Timing is not controlled here (threads never are), so each example checks only what
 must hold whatever the interleaving: one outcome per call and its own, poison and
 deadlines failing only their own items, no batch over its limit, nothing computed
-twice, and no caller left waiting.
+twice, and no caller left waiting. Some examples put part of the callers in an
+event loop (``asubmit``), in the same queue as the threads.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import Counter
@@ -46,6 +48,7 @@ calls = st.builds(
     policy=st.sampled_from(["adaptive", "fixed"]),
     max_concurrent_batches=st.integers(1, 2),
     cost_s=st.sampled_from([0.0, 0.0005]),
+    in_a_loop=st.booleans(),
 )
 def test_threads_get_exactly_their_own_outcomes(
     schedules: list[list[Call]],
@@ -54,6 +57,7 @@ def test_threads_get_exactly_their_own_outcomes(
     policy: str,
     max_concurrent_batches: int,
     cost_s: float,
+    in_a_loop: bool,
 ) -> None:
     computed: Counter[int] = Counter()
     oversized: list[list[int]] = []
@@ -90,11 +94,31 @@ def test_threads_get_exactly_their_own_outcomes(
                 outcome: object = batcher.submit(item, timeout_s=call.timeout_s)
             except (Poison, DeadlineExceeded) as exc:
                 outcome = exc
-            with lock:
-                assert item not in outcomes, "two outcomes for one call"
-                outcomes[item] = outcome
+            record(item, outcome)
 
-    threads = [threading.Thread(target=caller, args=(t, plan)) for t, plan in enumerate(schedules)]
+    def record(item: int, outcome: object) -> None:
+        with lock:
+            assert item not in outcomes, "two outcomes for one call"
+            outcomes[item] = outcome
+
+    async def loop_caller(thread: int, plan: list[Call]) -> None:
+        for j, call in enumerate(plan):
+            await asyncio.sleep(call.pause_s)
+            item = thread * 100 + j
+            try:
+                outcome: object = await batcher.asubmit(item, timeout_s=call.timeout_s)
+            except (Poison, DeadlineExceeded) as exc:
+                outcome = exc
+            record(item, outcome)
+
+    async def loop_callers(plans: list[tuple[int, list[Call]]]) -> None:
+        await asyncio.gather(*(loop_caller(t, plan) for t, plan in plans))
+
+    plans = list(enumerate(schedules))
+    in_loop = plans[::2] if in_a_loop else []
+    threads = [threading.Thread(target=caller, args=plan) for plan in plans if plan not in in_loop]
+    if in_loop:
+        threads.append(threading.Thread(target=asyncio.run, args=(loop_callers(in_loop),)))
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -27,7 +27,7 @@ import pytest
 from microbatch import batch
 from microbatch.errors import DeadlineExceeded, Overloaded, RemoteError, StageFailed
 from microbatch.http.metrics import RequestCollector, RequestCounts
-from microbatch.http.target import as_target
+from microbatch.loading import as_servable
 from microbatch.serve.front import RelayTarget
 from microbatch.serve.hub import Hub
 from microbatch.serve.relay import Channel, Message, pack_outcome, unpack_outcome
@@ -152,7 +152,7 @@ computed: list[float] = []
 
 @asynccontextmanager
 async def _relayed(function: Any, fronts: int = 2) -> AsyncIterator[tuple[Hub, list[RelayTarget]]]:
-    target = as_target(function)
+    target = as_servable(function)
     await target.start()
     hub = Hub(target)
     relays = []
@@ -222,7 +222,7 @@ async def test_readiness_stats_and_the_other_fronts_counts_reach_every_front() -
 
 
 async def test_when_the_hub_goes_waiting_items_fail_with_503_and_the_front_is_told() -> None:
-    target = as_target(_one_at_a_time)
+    target = as_servable(_one_at_a_time)
     await target.start()
     hub = Hub(target)
     ours, theirs = socket.socketpair()

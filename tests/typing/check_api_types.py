@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing_extensions import assert_type
 
 import microbatch
+from microbatch import ServiceStats
+from microbatch.types import Servable
 
 
 @dataclass
@@ -55,3 +57,17 @@ async def uses_methods(model: Model) -> None:
     assert_type(await model.predict(1.0), float)
     assert_type(model.score(Row(2.0)), str)
     await model.predict("x")  # type: ignore[arg-type]
+
+
+async def uses_servable() -> None:
+    served: Servable[str, list[float]] = embed  # a batched function is Servable
+    also: Servable[Row, float] = score
+    assert_type(await embed.submit("text", deadline=None), list[float])
+    assert_type(await score.submit(Row(1.0)), float)
+    await embed.submit(123)  # type: ignore[arg-type]
+    await served.submit(123)  # type: ignore[arg-type]
+    await also.submit("not a row")  # type: ignore[arg-type]
+    assert_type(embed.stats(), ServiceStats)
+    assert_type(score.stats(), ServiceStats)
+    await score.close()
+    await embed.close()

@@ -16,6 +16,7 @@ PUBLIC = {
     "CooperativeBatcher",
     "CostModel",
     "DeadlineExceeded",
+    "ItemError",
     "FixedPolicy",
     "ItemTooLarge",
     "ListRows",
@@ -27,15 +28,20 @@ PUBLIC = {
     "Policy",
     "QueueState",
     "RemoteError",
+    "Route",
     "ResultLengthError",
     "RowFormat",
+    "Servable",
     "Service",
+    "ServiceStats",
     "Stage",
+    "StageStats",
     "StageFailed",
     "SyncBatchedFunction",
     "WorkerContext",
     "WorkerDied",
     "batch",
+    "deadline_from",
 }
 
 

@@ -151,35 +151,6 @@ async def test_deadline_while_running_answers_on_time(clock: FakeClock) -> None:
     assert batcher.stats().in_flight == 0
 
 
-async def test_pass_deadlines_hands_each_part_its_own_deadlines(clock: FakeClock) -> None:
-    calls: list[tuple[list[int], list[float | None]]] = []
-
-    async def model(xs: list[int], deadlines: list[float | None]) -> list[int]:
-        calls.append((list(xs), list(deadlines)))
-        if 3 in xs:
-            raise ValueError("3 is poison")
-        return [x * 10 for x in xs]
-
-    batcher = Batcher(
-        model,
-        clock=clock,
-        max_batch_size=4,
-        policy="fixed",
-        max_latency_ms=1000,
-        pass_deadlines=True,
-    )
-    due = {0: None, 1: 101.0, 2: 102.0, 3: 103.0}
-    results = await asyncio.gather(
-        *(batcher.submit(x, deadline=due[x]) for x in range(4)), return_exceptions=True
-    )
-    assert results[:3] == [0, 10, 20] and isinstance(results[3], ValueError)
-    assert calls[0] == ([0, 1, 2, 3], [None, 101.0, 102.0, 103.0])
-    for xs, deadlines in calls:  # the parts of the bisection too
-        assert deadlines == [due[x] for x in xs]
-    with pytest.raises(ValueError, match="rows"):
-        Batcher(model, rows="list", pass_deadlines=True)
-
-
 async def test_passed_deadline_is_refused_without_queueing(clock: FakeClock) -> None:
     batcher = Batcher(Model(clock), clock=clock)
     with pytest.raises(DeadlineExceeded):

@@ -20,6 +20,7 @@ from microbatch import (
     Overloaded,
     ResultLengthError,
 )
+from microbatch.testing import FakeClock
 
 
 class GatedModel:
@@ -143,9 +144,13 @@ def test_wrong_result_length() -> None:
 
 
 def test_deadline_of_a_queued_follower() -> None:
-    with stuck() as held:
+    clock = FakeClock(100.0)
+    with stuck(clock=clock) as held:
+        follower = held.pool.submit(held.batcher.submit, 1, timeout_s=0.02)
+        clock.wait_for_timers(1)  # asleep until its deadline
+        clock.advance(0.02)
         with pytest.raises(DeadlineExceeded):
-            held.batcher.submit(1, timeout_s=0.02)
+            follower.result(10)
         held.release()
         assert held.running.result(10) == 0
     assert held.model.batches == [[0]]  # the expired item was never computed
@@ -153,9 +158,13 @@ def test_deadline_of_a_queued_follower() -> None:
 
 
 def test_deadline_of_a_leader_waiting_for_a_slot_passes_the_lead_on() -> None:
-    with stuck() as held:
-        impatient = held.queue(1, timeout_s=0.05)  # leads the next batch
-        patient = held.queue(2)
+    clock = FakeClock(100.0)
+    with stuck(clock=clock) as held:
+        impatient = held.pool.submit(held.batcher.submit, 1, timeout_s=0.05)  # leads next
+        clock.wait_for_timers(1)
+        patient = held.pool.submit(held.batcher.submit, 2, timeout_s=60.0)
+        clock.wait_for_timers(2)
+        clock.advance(0.05)
         with pytest.raises(DeadlineExceeded):
             impatient.result(10)
         held.release()
@@ -165,16 +174,39 @@ def test_deadline_of_a_leader_waiting_for_a_slot_passes_the_lead_on() -> None:
 
 
 def test_deadline_of_a_follower_in_a_running_batch_answers_on_time() -> None:
+    clock = FakeClock(100.0)
     model = GatedModel()
-    batcher = CooperativeBatcher(model, max_batch_size=2, max_latency_ms=10_000, policy="fixed")
+    batcher = CooperativeBatcher(
+        model, max_batch_size=2, max_latency_ms=10_000, policy="fixed", clock=clock
+    )
     with ThreadPoolExecutor(2) as pool:
         leader = pool.submit(batcher.submit, 0)
-        wait_until(lambda: batcher.stats().queued == 1)
+        clock.wait_for_timers(1)  # the leader waits for the policy's time
+        follower = pool.submit(batcher.submit, 1, timeout_s=0.05)  # fills the batch
+        assert model.started.wait(10)
+        clock.wait_for_timers(1)  # the follower waits for its deadline
+        clock.advance(0.05)
         with pytest.raises(DeadlineExceeded):
-            batcher.submit(1, timeout_s=0.05)  # fills the batch, then times out in it
+            follower.result(10)  # answered while its batch still runs
         assert model.batches == [[0, 1]]
         model.gate.set()
         assert leader.result(10) == 0
+
+
+def test_the_policy_time_is_fake_time() -> None:
+    clock = FakeClock(100.0)
+    batcher = CooperativeBatcher(
+        lambda xs: xs, max_batch_size=8, max_latency_ms=10, policy="fixed", clock=clock
+    )
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(batcher.submit, 7)
+        clock.wait_for_timers(1)
+        assert clock.next_timer() == pytest.approx(100.01)
+        clock.advance(0.009)
+        assert not waiting.done() and batcher.stats().queued == 1
+        clock.advance(0.001)
+        assert waiting.result(10) == 7
+    assert batcher.stats().queue_wait_p50_ms == pytest.approx(10.0)
 
 
 def test_full_queue_answers_overloaded_at_once() -> None:

@@ -6,11 +6,15 @@ import asyncio
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
+import pytest
 
 import microbatch
-from microbatch import AsyncBatchedFunction, SyncBatchedFunction
+from microbatch import AdaptivePolicy, AsyncBatchedFunction, DeadlineExceeded, SyncBatchedFunction
+from microbatch.stats import ServiceStats
+from microbatch.types import Servable
 
 
 async def test_async_function_becomes_a_per_item_coroutine_function() -> None:
@@ -27,7 +31,7 @@ async def test_async_function_becomes_a_per_item_coroutine_function() -> None:
     texts = ["a" * i for i in range(100)]
     assert await asyncio.gather(*(embed(t) for t in texts)) == list(range(100))
     assert sum(sizes) == 100 and max(sizes) <= 64 and len(sizes) < 100
-    assert embed.stats().items == 100
+    assert embed.stats().stages[0].batching.items == 100
 
 
 def test_bare_decorator_and_asyncio_run_from_sync_code() -> None:
@@ -51,8 +55,8 @@ def test_sync_function_serves_many_threads() -> None:
     assert isinstance(score, SyncBatchedFunction)
     with ThreadPoolExecutor(16) as pool:
         assert list(pool.map(score, range(200))) == [r / 2 for r in range(200)]
-    assert score.stats().items == 200
-    assert score.stats().mean_batch_size > 1
+    assert score.stats().stages[0].batching.items == 200
+    assert score.stats().stages[0].batching.mean_batch_size > 1
     score.close()
 
 
@@ -103,7 +107,77 @@ async def test_methods_batch_per_instance() -> None:
     assert sorted(x for batch in two.batches for x in batch) == list(range(20))
     assert sorted(x for batch in three.batches for x in batch) == list(range(20))
     assert two.predict is two.predict  # bound once, kept on the instance
-    assert two.predict.stats().items == 20
+    assert two.predict.stats().stages[0].batching.items == 20
     with ThreadPoolExecutor(8) as pool:
         assert list(pool.map(three.score, range(10))) == [x + 3 for x in range(10)]
     assert await three.score.acall(5) == 8
+
+
+async def test_batched_functions_are_servable() -> None:
+    @microbatch.batch(max_batch_size=4, examples=["hello"])
+    async def lengths(texts: list[str]) -> list[int]:
+        return [len(t) for t in texts]
+
+    @microbatch.batch(max_batch_size=4, max_concurrent_batches=2)
+    def doubles(xs: list[int]) -> list[int]:
+        return [2 * x for x in xs]
+
+    for function in (lengths, doubles):
+        servable: Servable[Any, Any] = function
+        assert servable.routes == {} and not servable.ready
+        await servable.start()
+        assert servable.ready
+        with pytest.raises(KeyError):
+            await servable.submit("x", route="other")
+    assert (lengths.name, lengths.input_type, lengths.output_type) == ("lengths", str, int)
+    assert lengths.examples == ("hello",) and doubles.examples == ()
+    assert await lengths.submit("four", deadline=time.monotonic() + 10) == 4
+    assert await doubles.submit(21) == 42
+    stats = doubles.stats()
+    assert isinstance(stats, ServiceStats) and stats.ready and not stats.draining
+    (stage,) = stats.stages
+    assert (stage.name, stage.workers, stage.batching.items) == ("doubles", 2, 1)
+    await lengths.close()
+    await doubles.close()
+    assert not lengths.ready and doubles.stats().draining
+    with pytest.raises(DeadlineExceeded):  # a deadline given to submit is final
+        await doubles.submit(1, deadline=time.monotonic() - 1)
+
+
+async def test_a_sync_function_has_one_queue_and_one_set_of_counters() -> None:
+    @microbatch.batch(max_batch_size=64, max_latency_ms=1)
+    def double(xs: list[int]) -> list[int]:
+        return [2 * x for x in xs]
+
+    with ThreadPoolExecutor(4) as pool:
+        threaded = [asyncio.wrap_future(pool.submit(double, i)) for i in range(20)]
+        awaited = [double.acall(i) for i in range(20, 40)]
+        results = await asyncio.gather(*threaded, *awaited)
+    assert results == [2 * i for i in range(40)]
+    assert double.stats().stages[0].batching.items == 40  # acall traffic included
+    assert double.batcher is double.loop_batcher is double.threads
+    await double.close()
+
+
+def test_a_policy_given_to_batch_is_a_prototype_never_shared() -> None:
+    prototype = AdaptivePolicy(8, 0.005)
+
+    class Model:
+        @microbatch.batch(policy=prototype)
+        def score(self, xs: list[int]) -> list[int]:
+            return xs
+
+        @microbatch.batch(policy=prototype)
+        async def predict(self, xs: list[int]) -> list[int]:
+            return xs
+
+    one, two = Model(), Model()
+    policies = [one.score.batcher.policy, two.score.batcher.policy]
+    policies += [asyncio.run(_policy_of(m.predict)) for m in (one, two)]
+    assert len({id(policy) for policy in policies}) == 4 and prototype not in policies
+    assert one.score(3) == 3 and two.score(4) == 4
+    assert prototype.cost.samples == 0  # nothing learned into the prototype
+
+
+async def _policy_of(function: AsyncBatchedFunction[int, int]) -> object:
+    return function.batcher.policy

@@ -117,3 +117,52 @@ def test_run_in_time_leaves_out_items_that_expire_during_a_bisection() -> None:
     assert all(7 not in call for call in calls[1:])
     assert isinstance(outcomes[0], Poisoned) and isinstance(outcomes[7], DeadlineExceeded)
     assert outcomes[1:7] == [x * 10 for x in range(1, 7)]
+
+
+class Table:
+    """Like a pandas DataFrame: ``len()`` counts rows, iterating yields column names."""
+
+    def __init__(self, rows: int, columns: list[str]) -> None:
+        self.rows = rows
+        self.columns = columns
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.columns)
+
+    def __getitem__(self, key: object) -> object:
+        raise KeyError(key)
+
+
+def test_a_result_whose_len_and_iteration_disagree_fails_every_item() -> None:
+    outcomes = run_batch(lambda xs: Table(len(xs), ["label", "score"]), [1, 2, 3], True)  # type: ignore[arg-type,return-value]
+    assert len(outcomes) == 3
+    assert all(isinstance(outcome, ResultLengthError) for outcome in outcomes)
+    assert "iterates 2 values" in str(outcomes[0])
+
+
+def test_a_numpy_result_gives_each_item_its_row() -> None:
+    np = pytest.importorskip("numpy")
+    outcomes = run_batch(lambda xs: np.arange(len(xs) * 2).reshape(len(xs), 2), [1, 2], True)
+    assert [list(row) for row in outcomes] == [[0, 1], [2, 3]]
+
+
+async def test_a_table_result_fails_every_caller_of_the_batcher() -> None:
+    from microbatch import Batcher
+
+    batcher: Batcher[int, object] = Batcher(
+        lambda xs: Table(len(xs), ["a", "b"]), max_batch_size=3, max_latency_ms=50
+    )
+    outcomes = await asyncio.wait_for(
+        asyncio.gather(*(batcher.submit(x) for x in range(3)), return_exceptions=True), 10
+    )
+    assert all(isinstance(outcome, ResultLengthError) for outcome in outcomes), outcomes
+
+
+def test_rows_whose_result_len_and_iteration_disagree_fail_every_caller() -> None:
+    from microbatch import ListRows
+
+    parts = ListRows().split(Table(3, ["a", "b"]), [1, 2])
+    assert all(isinstance(part, ResultLengthError) for part in parts)

@@ -13,14 +13,6 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "microbatch"
 
-# --- KNOWN CYCLES: the lead empties this set at merge --------------------------------
-# Each entry is one cycle, as the frozenset of its modules. Nothing may be added here;
-# another branch of issue 14 removes the one below (config <-> policy / merge).
-KNOWN_CYCLES: set[frozenset[str]] = {
-    frozenset({"microbatch.config", "microbatch.merge", "microbatch.policy"}),
-}
-# -------------------------------------------------------------------------------------
-
 
 def module_name(path: Path, root: Path) -> str:
     parts = [root.name, *path.relative_to(root).with_suffix("").parts]
@@ -113,14 +105,5 @@ def test_lazy_relative_and_type_checking_imports_make_edges(tmp_path: Path) -> N
 
 
 def test_no_import_cycles_in_the_package() -> None:
-    found = set(cycles(import_graph()))
-    new = found - KNOWN_CYCLES
-    assert not new, "import cycles:\n" + "\n".join(" <-> ".join(sorted(c)) for c in new)
-
-
-def test_the_known_cycles_still_exist() -> None:
-    """An entry of :data:`KNOWN_CYCLES` that was fixed must leave the set."""
-    gone = KNOWN_CYCLES - set(cycles(import_graph()))
-    assert not gone, "fixed, remove from KNOWN_CYCLES: " + "; ".join(
-        " <-> ".join(sorted(c)) for c in gone
-    )
+    found = cycles(import_graph())
+    assert not found, "import cycles:\n" + "\n".join(" <-> ".join(sorted(c)) for c in found)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from microbatch import BatchConfig, ListRows, NumpyRows, ResultLengthError
-from microbatch.merge import merged, row_format, split_rows
+from microbatch.merge import merged, split_rows
 
 
 def test_list_rows_round_trip() -> None:
@@ -55,10 +55,10 @@ def test_merged_wraps_a_row_function() -> None:
 
 
 def test_row_format_names() -> None:
-    assert isinstance(row_format(BatchConfig(rows="list")), ListRows)
-    assert isinstance(row_format(BatchConfig(rows="numpy")), NumpyRows)
-    assert row_format(BatchConfig()) is None
+    assert isinstance(BatchConfig(rows="list").row_format(), ListRows)
+    assert isinstance(BatchConfig(rows="numpy").row_format(), NumpyRows)
+    assert BatchConfig().row_format() is None
     custom = ListRows()
-    assert row_format(BatchConfig(rows=custom)) is custom
-    with pytest.raises(TypeError):
-        row_format(BatchConfig(rows=object()))  # type: ignore[arg-type]
+    assert BatchConfig(rows=custom).row_format() is custom
+    with pytest.raises(ValueError, match="rows"):
+        BatchConfig(rows=object())  # type: ignore[arg-type]

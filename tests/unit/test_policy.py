@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from microbatch import AdaptivePolicy, BatchConfig, CostModel, FixedPolicy, QueueState
-from microbatch.policy import make_policy
 
 
 def queue(now: float, arrivals: list[float], *, in_flight: int = 0) -> QueueState:
@@ -240,13 +239,35 @@ class TestAdaptive:
         assert policy.release_at(state, 0.0) == 0.0
 
 
-def test_make_policy_builds_a_fresh_policy_per_batcher() -> None:
+def test_new_policy_builds_a_fresh_policy_per_batcher() -> None:
     config = BatchConfig(max_batch_size=8, max_latency_ms=5, max_concurrent_batches=2)
-    first, second = make_policy(config), make_policy(config)
+    first, second = config.new_policy(), config.new_policy()
     assert isinstance(first, AdaptivePolicy) and first is not second
     assert first.slots == 2
-    fixed = make_policy(BatchConfig(policy="fixed", max_latency_ms=5))
+    fixed = BatchConfig(policy="fixed", max_latency_ms=5).new_policy()
     assert isinstance(fixed, FixedPolicy) and fixed.max_latency_s == pytest.approx(0.005)
+
+
+def test_a_policy_object_is_a_prototype_copied_for_each_batcher() -> None:
+    prototype = AdaptivePolicy(8, 0.005)
+    prototype.cost.observe(4, 0.5)
+    config = BatchConfig(policy=prototype)
+    first, second = config.new_policy(), config.new_policy()
+    assert isinstance(first, AdaptivePolicy) and isinstance(second, AdaptivePolicy)
+    assert first is not prototype and second is not first and first.cost is not second.cost
+    assert first.cost.samples == prototype.cost.samples  # its settings and state, copied
+    first.batch_finished(8, 1.0)
+    assert second.cost.samples == prototype.cost.samples  # learning is each one's own
+
+
+def test_a_policy_factory_is_called_for_each_batcher() -> None:
+    config = BatchConfig(policy=lambda: FixedPolicy(4, 0.001))
+    first, second = config.new_policy(), config.new_policy()
+    assert isinstance(first, FixedPolicy) and first is not second
+    with pytest.raises(TypeError, match="not a Policy"):
+        BatchConfig(policy=lambda: "fixed").new_policy()  # type: ignore[arg-type,return-value]
+    with pytest.raises(ValueError, match="policy"):
+        BatchConfig(policy=42)  # type: ignore[arg-type]
 
 
 def test_turnaround_is_the_time_until_as_many_items_arrived_as_finished() -> None:

@@ -57,7 +57,7 @@ def run_demo(
         start = time.perf_counter()
         await asyncio.gather(*(caller(i) for i in range(callers)))
         elapsed = time.perf_counter() - start
-        stats = accelerator.loop_batcher.stats()
+        stats = accelerator.batcher.stats()
         await accelerator.aclose()
         return done, elapsed, stats
 
@@ -85,7 +85,7 @@ def run_demo(
         f"{threads} threads (model(x))",
         sum(counts),
         time.perf_counter() - start,
-        accelerator.stats(),
+        accelerator.batcher.stats(),
     )
 
 

@@ -8,8 +8,7 @@ import logging
 import sys
 
 from ..http.app import HttpApp, HttpConfig
-from ..http.target import as_target
-from ..loading import load_target
+from ..loading import as_servable, load_target
 from ..serve._workers import serve_workers
 from ..serve.server import ServeSettings, serve
 from ._options import Parsed
@@ -65,7 +64,7 @@ def run_serve(options: Parsed) -> int:
     try:
         served = load_target(options.target)
         config = http_config(options)
-        app = HttpApp(as_target(served), config)
+        app = HttpApp(as_servable(served), config)
     except (ImportError, AttributeError, ValueError, TypeError) as error:
         print(f"microbatch serve: {error}", file=sys.stderr)
         return 2

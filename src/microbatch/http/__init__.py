@@ -5,6 +5,5 @@
 """
 
 from .app import HttpApp, HttpConfig, app
-from .target import Target
 
-__all__ = ["HttpApp", "HttpConfig", "Target", "app"]
+__all__ = ["HttpApp", "HttpConfig", "app"]

@@ -23,7 +23,8 @@ import msgspec
 
 from .. import __version__
 from ..errors import RemoteError
-from ..types import deadline_from
+from ..loading import as_servable
+from ..types import Servable, deadline_from
 from .asgi import (
     BODY_DEADLINE_EXTENSION,
     DISCONNECT_EXTENSION,
@@ -49,7 +50,6 @@ from .status import (
     UnencodableResult,
     error_reply,
 )
-from .target import Target, as_target
 
 __all__ = ["HttpApp", "HttpConfig", "app"]
 
@@ -100,16 +100,17 @@ class ClientDisconnected(Exception):
 
 
 class HttpApp:
-    """An ASGI app serving one :class:`~microbatch.http.target.Target`.
+    """An ASGI app serving one :class:`~microbatch.types.Servable`.
 
     Args:
-        target: The served model (see :func:`app` to build one from a Service or a
-            batched function).
+        servable: The served model: a Service, a batched function, or anything else
+            that speaks the contract (see :func:`app`).
         config: Limits, timeouts and the bearer token.
     """
 
-    def __init__(self, target: Target, config: HttpConfig | None = None) -> None:
-        self.target = target
+    def __init__(self, servable: Servable[Any, Any], config: HttpConfig | None = None) -> None:
+        self.servable = servable
+        target = servable
         self.config = config if config is not None else HttpConfig()
         self.metrics = HttpMetrics(target.stats)
         self.openapi = openapi_document(
@@ -226,7 +227,7 @@ class HttpApp:
     async def _ready(self, scope: Scope, receive: Receive, send: Send) -> int:
         if self._draining:
             raise NotReady("the server is shutting down")
-        if not self.target.ready:
+        if not self.servable.ready:
             raise NotReady("the service is not ready")
         await send_response(send, 200, b'{"status":"ready"}', JSON.media_type)
         return 200
@@ -299,7 +300,7 @@ class HttpApp:
 
         disconnect["register"](cancel)
         try:
-            return await self.target.submit(item, deadline=deadline, route=route)
+            return await self.servable.submit(item, deadline=deadline, route=route)
         except asyncio.CancelledError:
             if not gone:
                 raise
@@ -315,7 +316,7 @@ class HttpApp:
         """:meth:`_result` under a server without the disconnect extension: a task
         watches ``receive()`` for the disconnect."""
         loop = asyncio.get_running_loop()
-        submitted = loop.create_task(self.target.submit(item, deadline=deadline, route=route))
+        submitted = loop.create_task(self.servable.submit(item, deadline=deadline, route=route))
         watcher = loop.create_task(_cancel_on_disconnect(receive, submitted))
         try:
             return await submitted
@@ -333,7 +334,7 @@ class HttpApp:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 try:
-                    await self.target.start()
+                    await self.servable.start()
                 except Exception as error:
                     logger.exception("the service failed to start")
                     await send({"type": "lifespan.startup.failed", "message": str(error)})
@@ -342,7 +343,7 @@ class HttpApp:
             elif message["type"] == "lifespan.shutdown":
                 self._draining = True
                 try:
-                    await self.target.close()
+                    await self.servable.close()
                 except Exception as error:
                     logger.exception("the service failed to close")
                     await send({"type": "lifespan.shutdown.failed", "message": str(error)})
@@ -438,4 +439,4 @@ def app(
         ValueError: A setting is out of range.
     """
     config = HttpConfig(max_body_bytes, default_timeout_s, body_timeout_s, auth_token)
-    return HttpApp(as_target(served), config)
+    return HttpApp(as_servable(served), config)

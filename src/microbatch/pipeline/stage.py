@@ -7,7 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from ..config import BatchConfig
+from ..config import BatchConfig, PolicySpec
+from ..merge import RowFormat
 from .model import Model
 
 __all__ = ["Stage"]
@@ -28,10 +29,16 @@ class Stage:
         mode: ``"process"`` (default): each worker is a spawned process.
             ``"thread"``: each worker is a thread of the serving process, for
             models that release the GIL (most numpy/torch kernels do).
-        batching: How this stage's batches are formed (``max_concurrent_batches``
-            is set to ``workers``: one batch per worker).
-        max_batch_size: Shortcut that overrides ``batching.max_batch_size``.
-        max_latency_ms: Shortcut that overrides ``batching.max_latency_ms``.
+        batching: How this stage's batches are formed, as one
+            :class:`~microbatch.config.BatchConfig` (``max_concurrent_batches`` is
+            set to ``workers``: one batch per worker).
+        max_batch_size, max_latency_ms, policy, max_queue, timeout_s, size_fn, rows,
+            isolate_errors: Each :class:`~microbatch.config.BatchConfig` setting, as a
+            keyword (``Stage(Model, max_queue=16)``), validated as BatchConfig does. A
+            keyword given wins over the same setting in ``batching``; None (the
+            default) leaves ``batching``'s value.
+        max_concurrent_batches: Only ``workers`` (or None): a stage runs one batch
+            per worker.
         name: Shown in errors and stats (default: the model's class name).
         args: Positional arguments for the model's constructor.
         kwargs: Keyword arguments for the model's constructor.
@@ -49,6 +56,13 @@ class Stage:
     batching: BatchConfig = field(default_factory=BatchConfig)
     max_batch_size: int | None = None
     max_latency_ms: float | None = None
+    policy: PolicySpec | None = None
+    max_queue: int | None = None
+    max_concurrent_batches: int | None = None
+    timeout_s: float | None = None
+    size_fn: Callable[[Any], int] | None = None
+    rows: Literal["list", "numpy"] | RowFormat | None = None
+    isolate_errors: bool | None = None
     name: str = ""
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
@@ -66,12 +80,16 @@ class Stage:
             raise ValueError(f"mode must be 'process' or 'thread', got {self.mode!r}")
         if self.setup_attempts < 1:
             raise ValueError(f"setup_attempts must be >= 1, got {self.setup_attempts!r}")
-        batching = self.batching
-        if self.max_batch_size is not None:
-            batching = replace(batching, max_batch_size=self.max_batch_size)
-        if self.max_latency_ms is not None:
-            batching = replace(batching, max_latency_ms=self.max_latency_ms)
-        object.__setattr__(self, "batching", batching)
+        if not isinstance(self.batching, BatchConfig):
+            raise TypeError(f"batching must be a BatchConfig, got {self.batching!r}")
+        if self.max_concurrent_batches not in (None, self.workers):
+            raise ValueError(
+                "max_concurrent_batches of a stage is its workers (one batch per worker):"
+                f" got {self.max_concurrent_batches!r} with workers={self.workers!r}"
+            )
+        given = {name: getattr(self, name) for name in _SETTINGS if getattr(self, name) is not None}
+        # replace() validates the settings as BatchConfig does; the keywords win.
+        object.__setattr__(self, "batching", replace(self.batching, **given))
         if not self.name:
             object.__setattr__(self, "name", self.model.__name__)
         if self.mode == "process":
@@ -93,6 +111,20 @@ class Stage:
         if self.cpus is None:
             return None
         return list(self.cpus(index) if callable(self.cpus) else self.cpus)
+
+
+_SETTINGS = (
+    "max_batch_size",
+    "max_latency_ms",
+    "policy",
+    "max_queue",
+    "timeout_s",
+    "size_fn",
+    "rows",
+    "isolate_errors",
+)
+"""The BatchConfig settings a Stage takes as keywords (max_concurrent_batches is
+its workers)."""
 
 
 def _check_sendable(stage: Stage) -> None:

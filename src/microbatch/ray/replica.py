@@ -17,7 +17,6 @@ from ray import serve
 from ..errors import BatcherClosed, StageFailed
 from ..http.app import HttpApp, HttpConfig
 from ..http.asgi import Receive, Scope, Send
-from ..http.target import as_target
 from ..stats import ServiceStats
 from ..types import deadline_from
 from .recipe import Recipe
@@ -59,7 +58,7 @@ class Replica:
     """
 
     def __init__(self, recipe: Recipe, stage_mode: StageMode, http: HttpConfig) -> None:
-        self._http = HttpApp(as_target(recipe.build(stage_mode)), http)
+        self._http = HttpApp(recipe.build(stage_mode), http)
 
     def __serve_build_asgi_app__(self) -> UnderRoutePrefix:
         """The ingress app; Ray runs its lifespan, which starts the service."""
@@ -84,7 +83,7 @@ class Replica:
         """
         if self._http.draining:
             raise BatcherClosed("the replica is shutting down")
-        return await self._http.target.submit(item, deadline=self.deadline(timeout_s))
+        return await self._http.servable.submit(item, deadline=self.deadline(timeout_s))
 
     def deadline(self, timeout_s: float | None) -> float | None:
         """The deadline of an item a handle caller submits now (see :meth:`submit`)."""
@@ -92,7 +91,7 @@ class Replica:
 
     async def stats(self) -> ServiceStats:
         """This replica's counters: its stages' workers and batching."""
-        return self._http.target.stats()
+        return self._http.servable.stats()
 
     async def check_health(self) -> None:
         """Ray's periodic health check: a replica whose service cannot take items
@@ -102,5 +101,5 @@ class Replica:
         Raises:
             StageFailed: The service is not ready and not shutting down.
         """
-        if not self._http.target.ready and not self._http.draining:
+        if not self._http.servable.ready and not self._http.draining:
             raise StageFailed("the service in this replica is not ready")

@@ -24,12 +24,13 @@ import signal
 import socket
 import time
 from multiprocessing.process import BaseProcess
+from typing import Any
 
 import uvloop
 
 from ..http.app import HttpApp, HttpConfig
-from ..http.target import Target, as_target
-from ..loading import load_target
+from ..loading import as_servable, load_target
+from ..types import Servable
 from .front import RelayTarget
 from .hub import Hub
 from .server import ServeSettings, bind, listen_url, quiet_garbage_collector, serve
@@ -56,7 +57,7 @@ def serve_workers(
     sock = bind(settings.host, settings.port)
     sock.listen(_LISTEN_BACKLOG)
     with sock:
-        hub = _HubProcess(spec, as_target(served), config, settings, workers, sock)
+        hub = _HubProcess(spec, as_servable(served), config, settings, workers, sock)
         return uvloop.run(hub.run())
 
 
@@ -72,7 +73,7 @@ def run_front(
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    local = as_target(load_target(spec))
+    local = as_servable(load_target(spec))
     target = RelayTarget(
         local.name,
         local.input_type,
@@ -98,7 +99,7 @@ class _HubProcess:
     def __init__(
         self,
         spec: str,
-        target: Target,
+        target: Servable[Any, Any],
         config: HttpConfig,
         settings: ServeSettings,
         count: int,

@@ -25,14 +25,14 @@ __all__ = ["RelayTarget"]
 
 
 class RelayTarget:
-    """A :class:`~.target.Target` whose items run in the hub process.
+    """A :class:`~microbatch.types.Servable` whose items run in the hub process.
 
     Args:
         name: The served model's name (for the OpenAPI document).
         input_type: The type a request body decodes to.
         output_type: The type of a result.
         sock: This front's end of the socket pair the hub made.
-        routes: The served model's routes (see :attr:`.target.Target.routes`).
+        routes: The served model's routes (see :attr:`microbatch.types.Servable.routes`).
         on_hub_lost: Called if the hub goes away while this target is open (a front
             process shuts itself down then: nothing it takes could be answered).
         examples: The served model's example items (published in OpenAPI).

@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 from ..http.metrics import RequestCounts
-from ..http.target import Target
+from ..types import Servable
 from ._messages import STATE_INTERVAL_S, Cancel, Counts, Hello, Result, State, Submit
 from .relay import Channel, pack_outcome, unpack_item
 
@@ -24,13 +24,13 @@ __all__ = ["Hub"]
 
 
 class Hub:
-    """Runs the items of every connected front through one :class:`Target`.
+    """Runs the items of every connected front through one :class:`~microbatch.types.Servable`.
 
     Args:
         target: The started Service (or batched function) to feed.
     """
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Servable[Any, Any]) -> None:
         self.target = target
         self.serving = False  # every front is up
         self.draining = False
