@@ -35,7 +35,10 @@ def test_settings_out_of_range_are_refused_by_name(settings: dict[str, object], 
 
 def test_the_item_types_come_from_the_type_hints() -> None:
     served = app(models.service)
-    assert (served.servable.input_type, served.servable.output_type) == (models.Point, models.Doubled)
+    assert (served.servable.input_type, served.servable.output_type) == (
+        models.Point,
+        models.Doubled,
+    )
     untyped = app(models.untyped)
     assert (
         untyped.openapi["paths"]["/predict"]["post"]["requestBody"]["content"]["application/json"][
