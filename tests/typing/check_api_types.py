@@ -71,3 +71,18 @@ async def uses_servable() -> None:
     assert_type(score.stats(), ServiceStats)
     await score.close()
     await embed.close()
+
+
+class Tokens(microbatch.Model):
+    def predict(self, batch: list[str]) -> list[list[int]]:
+        return [[len(text)] for text in batch]
+
+
+async def uses_a_typed_service() -> None:
+    service: microbatch.Service[str, list[int]] = microbatch.Service(microbatch.Stage(Tokens))
+    served: Servable[str, list[int]] = service  # a Service is Servable too
+    assert_type(await service.submit("text", timeout_s=1.0), list[int])
+    assert_type(await served.submit("text", route=None), list[int])
+    await service.submit(123)  # type: ignore[arg-type]
+    await served.submit(b"bytes")  # type: ignore[arg-type]
+    assert_type(service.stats(), ServiceStats)
