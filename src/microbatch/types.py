@@ -147,12 +147,17 @@ class BatchJob:
             (cancelled, or its deadline passed): a runner that starts the batch later
             than it got it leaves such items out.
         units: The batch's size in batch units (items, rows or ``size_fn`` units).
+        on_unwanted: Set by the runner while it holds the batch; the batcher calls
+            it with ``i`` when item ``i``'s caller leaves (or its deadline passes), so
+            that a runner holding the batch behind a running one (a worker pool) can
+            leave the item out before the model starts, without polling ``wanted``.
     """
 
     items: list[Any]
     deadlines: Sequence[float | None]
     wanted: Callable[[int], bool]
     units: int
+    on_unwanted: Callable[[int], None] | None = None
 
 
 @dataclass(slots=True)

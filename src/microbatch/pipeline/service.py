@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, Protocol
 
 from ..batcher import Batcher
 from ..errors import BatcherClosed, Overloaded, StageFailed
+from ..merge import row_format
 from ..stats import ServiceStats, StageStats
+from ..types import BatchDone, BatchJob
 from .pool import ProcessPool
 from .stage import Stage
 from .threads import ThreadPool
@@ -44,11 +46,11 @@ class WorkerPool(Protocol):
     async def warm_up(self, items: list[Any]) -> list[Any]:
         """Run ``items`` through every worker; return one worker's outcomes."""
 
-    async def run(
-        self, items: list[Any], deadlines: Sequence[float | None] | None = None
-    ) -> list[Any]:
-        """Run one batch on an idle worker; return one outcome per item. An item
-        whose deadline passes before the worker comes to it is not computed."""
+    async def run(self, job: BatchJob) -> BatchDone:
+        """Run one batch (see :class:`~microbatch.types.BatchRunner`)."""
+
+    def running_since(self) -> float | None:
+        """When the oldest batch running now started, or None."""
 
     async def close(self) -> None:
         """Stop the workers."""
@@ -91,7 +93,7 @@ class Service:
             # A full batch may wait at a worker for the running one (workers queue it),
             # so the worker is told each item's deadline and leaves out expired ones.
             Batcher(
-                pool.run,
+                _batch_function(pool, stage),
                 stage.config,
                 run_ahead=True,
                 pass_deadlines=stage.config.rows is None,
@@ -229,3 +231,32 @@ class Service:
         traceback: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+def _batch_function(pool: WorkerPool, stage: Stage) -> Callable[..., Awaitable[Any]]:
+    """The batch function the batcher calls, over the pool's ``run(BatchJob)``.
+
+    A bridge until the batcher speaks to a BatchRunner itself: it merges rows before
+    the call (so the pool gets one part, all rows) and passes no ``wanted``.
+    """
+    rows = row_format(stage.config)
+    if rows is None:
+
+        async def run(items: list[Any], deadlines: Sequence[float | None]) -> list[Any]:
+            done = await pool.run(BatchJob(items, deadlines, _always, len(items)))
+            return done.outcomes
+
+        return run
+
+    async def run_merged(merged: Any) -> Any:
+        job = BatchJob([merged], [None], _always, max(rows.count(merged), 1))
+        (outcome,) = (await pool.run(job)).outcomes
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    return run_merged
+
+
+def _always(index: int) -> bool:
+    return True
