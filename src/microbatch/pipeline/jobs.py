@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import DeadlineExceeded, ItemError, MicrobatchError, RemoteError
+from ..errors import DeadlineExceeded, ItemError, MicrobatchError, RemoteError, ResultLengthError
 from ..execution import UNWANTED, run_batch
 from ..merge import RowFormat, merged
 
@@ -136,6 +136,6 @@ def _portable(outcome: Any) -> Any:
             return ItemError(getattr(outcome, "message", str(outcome)), status=outcome.http_status)
         except ValueError:  # a subclass with a status that is not an error status
             return RemoteError.from_exception(outcome)
-    if isinstance(outcome, (DeadlineExceeded, LeftOut)):
+    if isinstance(outcome, (DeadlineExceeded, LeftOut, ResultLengthError)):
         return outcome
     return RemoteError.from_exception(outcome)
