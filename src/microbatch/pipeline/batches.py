@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -21,12 +22,12 @@ from ..types import BatchDone, BatchJob
 from .arena import Segment
 from .jobs import Ran, left_out
 from .transport import encode, unpicklable
-from .worker import RunBatch
+from .worker import Drop, RunBatch
 
 if TYPE_CHECKING:
     from .processes import WorkerHandle
 
-__all__ = ["Batch", "decoded", "finished", "prepare"]
+__all__ = ["Batch", "decoded", "finished", "prepare", "unwanted"]
 
 
 @dataclass(eq=False)
@@ -102,6 +103,29 @@ def decoded(batch: Batch, times: tuple[float, float], decode: Callable[[], Any])
         if math.isnan(started):
             return Ran([error] * len(batch.sent), None, None, 0)
         return Ran([error] * len(batch.sent), started, done, len(batch.sent))
+
+
+def unwanted(batch: Batch, index: int) -> None:
+    """Item ``index``'s caller left (``BatchJob.on_unwanted``): if its batch waits at
+    a worker behind the running one, tell the worker to leave the item out (one
+    :class:`~.worker.Drop` per batch and loop turn)."""
+    worker = batch.worker
+    if worker is None or worker.batches.get(batch.slot) is not batch:
+        return  # not at a worker (any more)
+    if next(iter(worker.batches.values())) is batch:
+        return  # running already
+    position = bisect_left(batch.sent, index)
+    if position < len(batch.sent) and batch.sent[position] == index:
+        if not batch.dropping:
+            asyncio.get_running_loop().call_soon(_send_drops, batch)
+        batch.dropping.append(position)
+
+
+def _send_drops(batch: Batch) -> None:
+    positions, batch.dropping = tuple(batch.dropping), []
+    worker = batch.worker
+    if worker is not None and worker.alive and worker.batches.get(batch.slot) is batch:
+        worker.writer.write(encode(Drop(batch.slot, positions)))
 
 
 def _cannot_send(sent: list[int], items: list[Any], error: Exception) -> dict[int, Any]:

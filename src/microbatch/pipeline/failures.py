@@ -6,10 +6,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ..errors import RemoteError, StageFailed
 
-__all__ = ["setup_failure", "user_frames"]
+__all__ = ["died_early", "setup_failure", "user_frames", "warm_up_error"]
 
 _PACKAGE = str(Path(__file__).resolve().parents[1])  # src/microbatch
 _FRAME = re.compile(r'^  File "(?P<path>[^"]+)"')
@@ -42,3 +43,33 @@ def user_frames(traceback_text: str) -> str:
         if not skipping:
             kept.append(line)
     return "\n".join(kept)
+
+
+def warm_up_error(items: Sequence[Any], outcomes: Sequence[Any]) -> RemoteError | None:
+    """The error of the first warm-up item that failed, naming the item; None if
+    every item went through."""
+    for item, outcome in zip(items, outcomes, strict=True):
+        if isinstance(outcome, BaseException):
+            error = (
+                outcome
+                if isinstance(outcome, RemoteError)
+                else RemoteError(type(outcome).__qualname__, str(outcome), "")
+            )
+            return RemoteError(
+                error.type_name,
+                f"warm-up item {item!r:.80} failed: {error.message}",
+                error.traceback_text,
+            )
+    return None
+
+
+def died_early(code: int | None) -> str:
+    """Why a worker died before its model was set up, with a hint for the usual cause."""
+    hint = ""
+    if code == 1:
+        hint = (
+            " - if it printed a RuntimeError about bootstrapping, the main script starts"
+            " the service when imported: workers are spawned and import the main module,"
+            " so guard it with `if __name__ == '__main__':`"
+        )
+    return f"worker died before its model was set up (exit code {code}){hint}"

@@ -29,7 +29,6 @@ large result is copied out on a thread, so the event loop keeps serving meanwhil
 from __future__ import annotations
 
 import asyncio
-from bisect import bisect_left
 from collections import deque
 from functools import partial
 from multiprocessing.process import BaseProcess
@@ -39,13 +38,13 @@ from ..errors import RemoteError, StageFailed, WorkerDied
 from ..execution import settle
 from ..merge import row_format
 from ..types import BatchDone, BatchJob
-from .batches import Batch, decoded, finished, prepare
-from .failures import setup_failure
+from .batches import Batch, decoded, finished, prepare, unwanted
+from .failures import died_early, setup_failure, warm_up_error
 from .jobs import Ran
 from .processes import WorkerHandle, forget, has_data, spawn, stop
 from .stage import Stage
 from .transport import Incoming, encode, read_message
-from .worker import Drop, SetUp, Stop
+from .worker import SetUp, Stop
 
 __all__ = ["BATCHES_PER_WORKER", "ProcessPool"]
 
@@ -235,28 +234,8 @@ class ProcessPool:
             settle(batch.future, Ran([], None, None, 0))
             return
         worker.took(slot, batch)
-        batch.job.on_unwanted = partial(self._unwanted, batch)
+        batch.job.on_unwanted = partial(unwanted, batch)
         worker.writer.write(frames)
-
-    def _unwanted(self, batch: Batch, index: int) -> None:
-        """Item ``index``'s caller left: if its batch waits at a worker behind the
-        running one, tell the worker to leave it out (one message per loop turn)."""
-        worker = batch.worker
-        if worker is None or worker.batches.get(batch.slot) is not batch:
-            return  # not at a worker (any more)
-        if next(iter(worker.batches.values())) is batch:
-            return  # running already
-        position = bisect_left(batch.sent, index)
-        if position < len(batch.sent) and batch.sent[position] == index:
-            if not batch.dropping:
-                asyncio.get_running_loop().call_soon(self._send_drops, batch)
-            batch.dropping.append(position)
-
-    def _send_drops(self, batch: Batch) -> None:
-        positions, batch.dropping = tuple(batch.dropping), []
-        worker = batch.worker
-        if worker is not None and worker.alive and worker.batches.get(batch.slot) is batch:
-            worker.writer.write(encode(Drop(batch.slot, positions)))
 
     def _on_message(self, worker: WorkerHandle) -> None:
         if not self._take_message(worker):
@@ -325,7 +304,7 @@ class ProcessPool:
             self._reap(worker.process)
         code = worker.process.exitcode
         if not worker.set_up.done():
-            worker.set_up.set_exception(WorkerDied(_died_early(code)))
+            worker.set_up.set_exception(WorkerDied(died_early(code)))
         held = list(worker.batches.values())
         worker.batches.clear()
         died = WorkerDied(
@@ -386,18 +365,9 @@ class ProcessPool:
         batch = Batch(job, asyncio.get_running_loop().create_future(), retry=False)
         self._send(worker, batch)
         outcomes = finished(batch, await batch.future, self._rows).outcomes
-        for item, outcome in zip(items, outcomes, strict=True):
-            if isinstance(outcome, BaseException):
-                error = (
-                    outcome
-                    if isinstance(outcome, RemoteError)
-                    else RemoteError(type(outcome).__qualname__, str(outcome), "")
-                )
-                raise RemoteError(
-                    error.type_name,
-                    f"warm-up item {item!r:.80} failed: {error.message}",
-                    error.traceback_text,
-                )
+        error = warm_up_error(items, outcomes)
+        if error is not None:
+            raise error
         return outcomes
 
     def _serve(self, worker: WorkerHandle) -> None:
@@ -449,14 +419,3 @@ class ProcessPool:
 
 def _always(index: int) -> bool:
     return True
-
-
-def _died_early(code: int | None) -> str:
-    hint = ""
-    if code == 1:
-        hint = (
-            " - if it printed a RuntimeError about bootstrapping, the main script starts"
-            " the service when imported: workers are spawned and import the main module,"
-            " so guard it with `if __name__ == '__main__':`"
-        )
-    return f"worker died before its model was set up (exit code {code}){hint}"
