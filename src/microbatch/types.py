@@ -60,8 +60,10 @@ def deadline_from(
         timeout_s = default_timeout_s
     if timeout_s is None:
         return deadline
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not (
-        timeout_s >= 0
+    if (
+        isinstance(timeout_s, bool)
+        or not isinstance(timeout_s, (int, float))
+        or not (timeout_s >= 0)
     ):
         raise ValueError(f"timeout_s must be a number >= 0, got {timeout_s!r}")
     if math.isinf(timeout_s):
