@@ -17,6 +17,8 @@ import pytest
 from microbatch import BatchConfig, BatcherClosed, DeadlineExceeded
 from microbatch.errors import StageFailed, WorkerDied
 from microbatch.pipeline import Service, Stage, arena, processes
+from microbatch.pipeline.threads import ThreadPool
+from tests.integration.jobs import job
 from tests.integration.pipeline_models import RaisesInSetup
 from tests.integration.pool_models import Gate, Gated
 from tests.integration.test_pipeline_lifecycle import children
@@ -102,3 +104,20 @@ async def test_a_setup_that_fails_shows_the_traceback_into_the_users_code(
     assert 'pipeline_models.py", line' in text and ", in setup" in text
     assert 'raise FileNotFoundError("no weights at /nowhere")' in text
     assert "microbatch/pipeline" not in text  # our own frames are left out
+
+
+async def test_a_thread_stage_closed_while_a_batch_waits_for_a_model_answers_it(
+    gate: Gate,
+) -> None:
+    pool = ThreadPool(Stage(Gated, args=gate.args, mode="thread"))
+    await pool.start()
+    await pool.warm_up([])
+    first = asyncio.create_task(pool.run(job([-1])))
+    await gate.started()
+    second = asyncio.create_task(pool.run(job([2])))  # waits for the one model
+    closing = asyncio.create_task(pool.close())
+    await asyncio.sleep(0)  # close has begun: it waits for the running batch
+    gate.release()
+    done = await asyncio.wait_for(asyncio.gather(first, second, closing), 30)
+    assert done[0].outcomes == [(-1, (-1,))]
+    assert isinstance(done[1].outcomes[0], BatcherClosed) and done[1].started_s is None

@@ -20,7 +20,7 @@ from ..errors import RemoteError
 from ..merge import RowFormat
 from ..types import BatchDone, BatchJob
 from .arena import Segment
-from .jobs import Ran, left_out
+from .jobs import Ran, computed_units, left_out
 from .transport import encode, unpicklable
 from .worker import Drop, RunBatch
 
@@ -78,13 +78,7 @@ def finished(batch: Batch, ran: Ran, rows: RowFormat | None) -> BatchDone:
         outcomes = [batch.early.get(index) for index in range(count)]
         for index, outcome in zip(batch.sent, ran.outcomes, strict=True):
             outcomes[index] = outcome
-    if ran.computed == count:
-        units = job.units
-    elif rows is not None:
-        units = ran.rows
-    else:
-        units = math.ceil(job.units * ran.computed / count) if count else 0
-    return BatchDone(outcomes, ran.started_s, ran.finished_s, units)
+    return BatchDone(outcomes, ran.started_s, ran.finished_s, computed_units(job, ran, rows))
 
 
 def decoded(batch: Batch, times: tuple[float, float], decode: Callable[[], Any]) -> Ran:

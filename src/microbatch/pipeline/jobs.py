@@ -16,8 +16,9 @@ from typing import Any
 from ..errors import DeadlineExceeded, ItemError, MicrobatchError, RemoteError, ResultLengthError
 from ..execution import UNWANTED, run_batch
 from ..merge import RowFormat, merged
+from ..types import BatchJob
 
-__all__ = ["LeftOut", "Ran", "left_out", "portable", "run_job"]
+__all__ = ["LeftOut", "Ran", "computed_units", "left_out", "portable", "run_job"]
 
 
 class LeftOut(MicrobatchError):
@@ -103,6 +104,17 @@ def run_job(
         if rows is not None:
             row_count += rows.count(items[index])
     return Ran(outcomes, started, finished, computed, row_count)
+
+
+def computed_units(job: BatchJob, ran: Ran, rows: RowFormat | None) -> int:
+    """The units of ``job`` the model really computed: all of them, the rows of the
+    parts it ran, or (``size_fn`` units, unknown item by item) the share of its items."""
+    count = len(job.items)
+    if ran.computed == count:
+        return job.units
+    if rows is not None:
+        return ran.rows
+    return -(-job.units * ran.computed // count)  # rounded up
 
 
 def _live(

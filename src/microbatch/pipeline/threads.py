@@ -18,7 +18,7 @@ from ..errors import BatcherClosed, StageFailed
 from ..merge import row_format
 from ..types import BatchDone, BatchJob
 from .failures import user_frames
-from .jobs import Ran, run_job
+from .jobs import Ran, computed_units, run_job
 from .model import Model, WorkerContext
 from .stage import Stage
 
@@ -116,16 +116,14 @@ class ThreadPool:
             return BatchDone([BatcherClosed(f"stage {self.stage.name!r} is closed")] * count)
         index = await self._idle.get()
         try:
+            if self._closed:  # closed while it waited: the threads are stopping
+                return BatchDone([BatcherClosed(f"stage {self.stage.name!r} is closed")] * count)
             ran = await self._call(index, job)
         finally:
             self._idle.put_nowait(index)
-        if ran.computed == count:
-            units = job.units
-        elif self._rows is not None:
-            units = ran.rows
-        else:
-            units = -(-job.units * ran.computed // count)
-        return BatchDone(ran.outcomes, ran.started_s, ran.finished_s, units)
+        return BatchDone(
+            ran.outcomes, ran.started_s, ran.finished_s, computed_units(job, ran, self._rows)
+        )
 
     async def close(self) -> None:
         """Let running batches finish, then stop the threads."""
