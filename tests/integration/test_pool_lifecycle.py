@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import threading
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -15,11 +17,11 @@ from typing import Literal
 import pytest
 
 from microbatch import BatchConfig, BatcherClosed, DeadlineExceeded
-from microbatch.errors import StageFailed, WorkerDied
+from microbatch.errors import RemoteError, StageFailed, WorkerDied
 from microbatch.pipeline import Service, Stage, arena, processes
 from microbatch.pipeline.threads import ThreadPool
 from tests.integration.jobs import job
-from tests.integration.pipeline_models import RaisesInSetup
+from tests.integration.pipeline_models import Identity, RaisesInSetup
 from tests.integration.pool_models import Gate, Gated
 from tests.integration.test_pipeline_lifecycle import children
 
@@ -121,3 +123,17 @@ async def test_a_thread_stage_closed_while_a_batch_waits_for_a_model_answers_it(
     done = await asyncio.wait_for(asyncio.gather(first, second, closing), 30)
     assert done[0].outcomes == [(-1, (-1,))]
     assert isinstance(done[1].outcomes[0], BatcherClosed) and done[1].started_s is None
+
+
+async def test_a_batch_the_worker_cannot_unpickle_fails_its_items_not_the_worker() -> None:
+    module = types.ModuleType("microbatch_serving_only")
+    exec("class Token:\n    pass", module.__dict__)
+    sys.modules[module.__name__] = module
+    try:
+        async with Service(Stage(Identity)) as service:
+            pids = service.pools[0].pids
+            with pytest.raises(RemoteError, match="microbatch_serving_only"):
+                await service.submit(module.Token())
+            assert await service.submit(1) == 1 and service.pools[0].pids == pids
+    finally:
+        del sys.modules[module.__name__]

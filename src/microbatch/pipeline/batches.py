@@ -83,11 +83,14 @@ def finished(batch: Batch, ran: Ran, rows: RowFormat | None) -> BatchDone:
 
 def decoded(batch: Batch, times: tuple[float, float], decode: Callable[[], Any]) -> Ran:
     """A batch's result, or, if it cannot be unpickled here (say, an instance of a
-    class the serving process cannot import), that error for each item it ran."""
+    class the serving process cannot import) or the worker could not unpickle the
+    batch, that error for each item sent."""
     try:
         ran = decode()
         if isinstance(ran, Ran) and len(ran.outcomes) == len(batch.sent):
             return ran
+        if isinstance(ran, RemoteError):  # the worker could not read the batch
+            return Ran([ran] * len(batch.sent), None, None, 0)
         raise TypeError(f"a worker answered {type(ran).__name__}, not the batch's result")
     except Exception as exc:
         error = RemoteError(

@@ -195,9 +195,9 @@ class ProcessPool:
             while worker.batches and has_data(worker.conn) and self._take_message(worker):
                 pass  # results written just before it exited
             worker.alive = False
-            closed = StageFailed(f"stage {self.stage.name!r} closed before the batch finished")
+            cut = StageFailed(f"stage {self.stage.name!r} closed before the batch finished")
             for batch in worker.batches.values():
-                settle(batch.future, closed)
+                settle(batch.future, cut)
             worker.batches.clear()
             forget(worker)
         self._fail(closed)  # whatever came back to the backlog meanwhile

@@ -111,6 +111,9 @@ def worker_main(incoming: Connection, outgoing: Connection, pickled_spec: bytes)
         if held is None:
             return
         slot, batch, dropped = held
+        if isinstance(batch, RemoteError):  # the batch cannot be read here: its answer
+            send(outgoing, batch, slot, None, (math.nan, time.monotonic()))
+            continue
         ran = run_job(
             model.predict,
             batch.items,
@@ -139,13 +142,15 @@ class _Inbox:
     def __init__(self, conn: Connection, arena: Arena | None) -> None:
         self._conn = conn
         self._arena = arena
-        self._batches: deque[tuple[int, RunBatch]] = deque()
+        self._batches: deque[tuple[int, RunBatch | RemoteError]] = deque()
         self._dropped: dict[int, set[int]] = {}
         self._stopping = False
 
-    def next_batch(self) -> tuple[int, RunBatch, set[int]] | None:
+    def next_batch(self) -> tuple[int, RunBatch | RemoteError, set[int]] | None:
         """The next batch to run, its slot and the positions dropped from it, after
-        every message already in the pipe; None once told to stop and done.
+        every message already in the pipe; None once told to stop and done. A batch
+        that cannot be unpickled here (an item of a class this process cannot import)
+        comes as the error that says why.
 
         Raises:
             EOFError: The serving process is gone.
@@ -164,7 +169,11 @@ class _Inbox:
         slot = message.slot
         if slot is not None:
             source = None if self._arena is None else self._arena.incoming(slot)
-            self._batches.append((slot, message.decode(source)))
+            try:
+                batch = message.decode(source)
+            except Exception as exc:
+                batch = RemoteError.from_exception(exc)
+            self._batches.append((slot, batch))
             return
         order = message.decode(None)
         if isinstance(order, Drop):
