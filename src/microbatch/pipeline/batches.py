@@ -42,6 +42,7 @@ class Batch:
     early: dict[int, Any] = field(default_factory=dict)  # outcomes made here, by index
     worker: WorkerHandle | None = None  # where it is held, once sent
     slot: int = -1
+    end: int = 0  # where its message ends in the worker's pipe (see PipeWriter.write)
     dropping: list[int] = field(default_factory=list)  # positions to drop, not yet told
 
 

@@ -235,7 +235,7 @@ class ProcessPool:
             return
         worker.took(slot, batch)
         batch.job.on_unwanted = partial(unwanted, batch)
-        worker.writer.write(frames)
+        batch.end = worker.writer.write(frames)
 
     def _on_message(self, worker: WorkerHandle) -> None:
         if not self._take_message(worker):
@@ -315,7 +315,9 @@ class ProcessPool:
         again = worker.serving and not self._closing
         if held:
             running, queued = held[0], held[1:]  # a worker runs its batches in order
-            if running.retry and again:
+            if running.end > worker.writer.taken and again:
+                queued.insert(0, running)  # it never reached the worker's pipe
+            elif running.retry and again:
                 running.retry = False
                 queued.insert(0, running)
             else:

@@ -34,14 +34,17 @@ class PipeWriter:
         os.set_blocking(fd, False)
         self._fd = fd
         self._queue: deque[memoryview] = deque()
+        self._queued = 0  # bytes ever queued
+        self.taken = 0  # bytes the pipe has taken: a message ending before that is in it
         self._watching = False
         self._closed = False
 
-    def write(self, frames: Iterable[bytes | memoryview]) -> None:
+    def write(self, frames: Iterable[bytes | memoryview]) -> int:
         """Queue ``frames`` (one message) behind what is queued, and write what the
-        pipe takes now."""
+        pipe takes now. Returns where the message ends: once :attr:`taken` reaches
+        that, the whole message is in the pipe."""
         if self._closed:
-            return
+            return self._queued + 1  # never taken
         was_empty = not self._queue
         for frame in frames:
             view = memoryview(frame).cast("B")
@@ -54,8 +57,11 @@ class PipeWriter:
             else:
                 self._queue.append(memoryview(head))
                 self._queue.append(view)
+            self._queued += len(head) + size
+        end = self._queued
         if was_empty:
             self._flush()
+        return end
 
     def close(self) -> None:
         """Stop writing: what is still queued is dropped, later writes are ignored (the
@@ -75,6 +81,7 @@ class PipeWriter:
             except OSError:  # the worker is gone: its sentinel tells the pool
                 self.close()
                 return
+            self.taken += written
             if written == chunk.nbytes:
                 queue.popleft()
             else:
