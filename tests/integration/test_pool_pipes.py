@@ -1,13 +1,20 @@
-"""The serving side's pipe writer: it never blocks the event loop, keeps messages in
-order, and frames them as multiprocessing's Connection reads them."""
+"""The serving side's pipe ends: the writer and the reader never block the event loop,
+keep messages whole and in order, and frame them as multiprocessing's Connection does."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import struct
 from multiprocessing.connection import Connection
 
+import pytest
+
+from microbatch.pipeline.reader import MessageReader
+from microbatch.pipeline.transport import encode
 from microbatch.pipeline.writer import PipeWriter
+
+_SIZE = struct.Struct("!i")  # Connection's frame length
 
 
 async def test_messages_larger_than_the_pipe_are_queued_and_arrive_whole_in_order() -> None:
@@ -37,3 +44,23 @@ async def test_a_reader_that_is_gone_stops_the_writer_quietly() -> None:
     assert end > writer.taken == taken
     assert writer.write([b"later"]) > writer.taken  # ignored
     os.close(write_fd)
+
+
+def test_the_reader_hands_on_whole_messages_as_their_bytes_arrive() -> None:
+    read_fd, write_fd = os.pipe()
+    reader = MessageReader(read_fd)
+    big = os.urandom(3 << 20)  # an out-of-band frame of its own (no arena)
+    wire = b"".join(
+        _SIZE.pack(len(frame)) + bytes(frame)
+        for message in ({"small": 1}, [big], "last")
+        for frame in encode(message, slot=0)
+    )
+    got: list[object] = []
+    with os.fdopen(write_fd, "wb", buffering=0) as pipe:
+        for start in range(0, len(wire), 50_000):  # a piece at a time, as a pipe allows
+            pipe.write(wire[start : start + 50_000])
+            got += [message.decode(None) for message in reader.messages()]  # never blocks
+    assert got == [{"small": 1}, [big], "last"]
+    with pytest.raises(EOFError):
+        reader.messages()
+    os.close(read_fd)

@@ -1,10 +1,11 @@
 """A stage's worker processes, driven from the event loop without polling.
 
-Each worker has a pipe each way; the loop watches the results pipe (``add_reader``)
-and the process sentinel for its death, and writes batches without blocking (see
-``writer.py``). A batch goes to the least busy worker — an idle one first; a worker
-may also hold the next batch in its pipe while it runs one, so that it starts the
-next the moment it finishes, without waiting for the serving process.
+Each worker has a pipe each way; the loop reads results as they arrive and writes
+batches as the pipe takes them, never blocking (see ``reader.py`` and ``writer.py``),
+and watches the process sentinel for the worker's death. A batch goes to the least
+busy worker — an idle one first; a worker may also hold the next batch in its pipe
+while it runs one, so that it starts the next the moment it finishes, without
+waiting for the serving process.
 
 The pool is the one owner of the ledger of running batches: the worker stamps when
 the model really started and finished each batch, and the times come back with the
@@ -41,9 +42,9 @@ from ..types import BatchDone, BatchJob
 from .batches import Batch, decoded, finished, prepare, unwanted
 from .failures import died_early, setup_failure, warm_up_error
 from .jobs import Ran
-from .processes import WorkerHandle, forget, has_data, spawn, stop
+from .processes import WorkerHandle, forget, spawn, stop
 from .stage import Stage
-from .transport import Incoming, encode, read_message
+from .transport import Incoming, encode
 from .worker import SetUp, Stop
 
 __all__ = ["BATCHES_PER_WORKER", "ProcessPool"]
@@ -192,8 +193,7 @@ class ProcessPool:
             worker.writer.write(encode(Stop()))
         await asyncio.gather(*(loop.run_in_executor(None, stop, w.process) for w in live))
         for worker in live:
-            while worker.batches and has_data(worker.conn) and self._take_message(worker):
-                pass  # results written just before it exited
+            self._drain(worker)  # results written just before it exited
             worker.alive = False
             cut = StageFailed(f"stage {self.stage.name!r} closed before the batch finished")
             for batch in worker.batches.values():
@@ -238,22 +238,34 @@ class ProcessPool:
         batch.end = worker.writer.write(frames)
 
     def _on_message(self, worker: WorkerHandle) -> None:
-        if not self._take_message(worker):
-            self._on_death(worker)
-
-    def _take_message(self, worker: WorkerHandle) -> bool:
-        """Read and handle one message; False at the end of the pipe."""
         try:
-            message = read_message(worker.conn)
+            messages = worker.reader.messages()
         except (EOFError, OSError):
-            return False
+            self._on_death(worker)
+            return
+        for message in messages:
+            self._handle(worker, message)
+
+    def _drain(self, worker: WorkerHandle) -> None:
+        """Handle the results a worker wrote before it exited."""
+        while worker.batches:
+            try:
+                messages = worker.reader.messages()
+            except (EOFError, OSError):
+                return
+            if not messages:
+                return
+            for message in messages:
+                self._handle(worker, message)
+
+    def _handle(self, worker: WorkerHandle, message: Incoming) -> None:
         if message.slot is None:  # the worker is set up, or failed to
             if worker.arena is not None:
                 worker.arena.unlink()  # the worker has opened its files by now
             set_up = message.decode(None)
             if isinstance(set_up, SetUp) and not worker.set_up.done():  # cancelled: closed
                 settle(worker.set_up, set_up.error)
-            return True
+            return
         batch = worker.answered(message.slot, message.times[1])
         if batch is not None:
             if message.arena_bytes > _COPY_ON_THREAD_BYTES:
@@ -263,7 +275,6 @@ class ProcessPool:
                 settle(batch.future, decoded(batch, message.times, lambda: message.decode(source)))
         if worker.serving and not self._closing:
             self._pump()
-        return True
 
     def _copy_on_thread(self, worker: WorkerHandle, message: Incoming, batch: Batch) -> None:
         """Copy a large result out of shared memory and unpickle it on a thread; its
@@ -296,8 +307,7 @@ class ProcessPool:
         if not worker.alive:
             return
         worker.alive = False
-        while worker.batches and has_data(worker.conn) and self._take_message(worker):
-            pass  # results it sent before it died count
+        self._drain(worker)  # results it sent before it died count
         forget(worker)
         worker.process.join(0)  # reap it now if it has exited (no zombie)
         if worker.process.exitcode is None:  # its pipes closed a moment before it exited

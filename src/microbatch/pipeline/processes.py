@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import math
 import multiprocessing
-import os
 import pickle
 import time
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING
 from ..merge import row_format
 from .arena import Arena
 from .model import WorkerContext
+from .reader import MessageReader
 from .stage import Stage
 from .worker import WorkerSpec, worker_main
 from .writer import PipeWriter
@@ -24,7 +24,7 @@ from .writer import PipeWriter
 if TYPE_CHECKING:
     from .batches import Batch
 
-__all__ = ["WorkerHandle", "forget", "has_data", "spawn", "stop"]
+__all__ = ["WorkerHandle", "forget", "spawn", "stop"]
 
 _SPAWN = multiprocessing.get_context("spawn")
 _STOP_GRACE_S = 5.0
@@ -37,9 +37,10 @@ class WorkerHandle:
 
     index: int
     process: BaseProcess
-    conn: Connection  # the results come in here
+    conn: Connection  # the results pipe's read end
+    reader: MessageReader  # the results come in here
+    out: Connection  # the batches pipe's write end
     writer: PipeWriter  # the batches go out here
-    out: Connection  # the write end the writer writes to
     set_up: asyncio.Future[None]  # resolved when the model is built and set up
     arena: Arena | None = None  # its shared memory (None: everything goes by pipe)
     batches: dict[int, Batch] = field(default_factory=dict)  # sent, by slot, oldest first
@@ -89,8 +90,7 @@ def spawn(
     the running loop watches its pipe and sentinel."""
     loop = asyncio.get_running_loop()
     arena = Arena.create(slots)
-    # Two one-way pipes, not one duplex socket: the serving side writes without
-    # blocking and reads whole messages blocking, which one descriptor cannot do.
+    # Two one-way pipes: each end's blocking mode is its own (the worker's ends block).
     batches_in, batches_out = _SPAWN.Pipe(duplex=False)
     results_in, results_out = _SPAWN.Pipe(duplex=False)
     spec = WorkerSpec(
@@ -125,15 +125,13 @@ def spawn(
         index,
         process,
         results_in,
-        PipeWriter(batches_out.fileno()),
+        MessageReader(results_in.fileno()),
         batches_out,
+        PipeWriter(batches_out.fileno()),
         loop.create_future(),
         arena,
     )
     loop.add_reader(results_in.fileno(), on_message, worker)
-    # uvloop makes a watched descriptor non-blocking, but messages are read whole: a
-    # read that found half a message would fail with BlockingIOError.
-    os.set_blocking(results_in.fileno(), True)
     loop.add_reader(process.sentinel, on_death, worker)
     return worker
 
@@ -160,11 +158,3 @@ def stop(process: BaseProcess) -> None:
     if process.is_alive():
         process.kill()
         process.join()
-
-
-def has_data(conn: Connection) -> bool:
-    """Whether a message (or the end of the pipe) is waiting to be read."""
-    try:
-        return conn.poll(0)
-    except (OSError, EOFError):
-        return False

@@ -28,6 +28,7 @@ from .arena import ARENA_MIN_BYTES, Segment, new_buffer
 __all__ = [
     "Incoming",
     "Source",
+    "begin",
     "encode",
     "read_message",
     "receive",
@@ -146,6 +147,11 @@ class Incoming:
     arena_bytes: int  # how many bytes :meth:`decode` copies out of the arena
     times: tuple[float, float] = field(default=(math.nan, math.nan))  # stamped by the sender
 
+    @property
+    def frames_expected(self) -> int:
+        """How many pipe frames follow the header frame."""
+        return sum(1 for at, _ in self.parts[1:] if at == _FRAME)
+
     def decode(self, source: Source | None) -> Any:
         """Copy the arena parts out of ``source`` (the slot's incoming file) and unpickle.
 
@@ -178,15 +184,21 @@ class Incoming:
 def read_message(conn: Connection) -> Incoming:
     """Read one message sent by :func:`send` off the pipe (blocks until it is
     complete); :meth:`Incoming.decode` makes the object."""
-    head = conn.recv_bytes()
+    message = begin(conn.recv_bytes())
+    message.frames = [conn.recv_bytes() for _ in range(message.frames_expected)]
+    return message
+
+
+def begin(head: bytes) -> Incoming:
+    """The message whose header frame is ``head``; its :attr:`Incoming.frames` are
+    still to come (:attr:`Incoming.frames_expected` of them)."""
     tag, count, first, second = _HEAD.unpack_from(head)
     slot = None if tag == _NO_SLOT else tag
     if not count:
         return Incoming(slot, head, [], [], 0, (first, second))
     parts = [_PART.unpack_from(head, _HEAD.size + i * _PART.size) for i in range(count)]
-    frames = [conn.recv_bytes() for offset, _ in parts[1:] if offset == _FRAME]
     arena_bytes = sum(n for at, n in parts if at >= 0)
-    return Incoming(slot, head, parts, frames, arena_bytes, (first, second))
+    return Incoming(slot, head, parts, [], arena_bytes, (first, second))
 
 
 def _writable(frame: bytes) -> Any:
