@@ -10,9 +10,8 @@ from multiprocessing.connection import Connection
 
 import pytest
 
-from microbatch.pipeline.reader import MessageReader
+from microbatch.pipeline.pipes import MessageReader, PipeWriter
 from microbatch.pipeline.transport import encode
-from microbatch.pipeline.writer import PipeWriter
 
 _SIZE = struct.Struct("!i")  # Connection's frame length
 

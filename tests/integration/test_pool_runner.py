@@ -17,7 +17,7 @@ from microbatch import BatchConfig, DeadlineExceeded
 from microbatch.errors import ItemError, ResultLengthError
 from microbatch.pipeline import ProcessPool, Service, Stage
 from microbatch.pipeline.threads import ThreadPool
-from microbatch.types import BatchJob
+from microbatch.types import BatchDone, BatchJob
 from tests.integration.jobs import job, outcomes
 from tests.integration.pool_models import DropsARow, Gate, Gated, Strict
 
@@ -43,6 +43,18 @@ async def running(stage: Stage) -> AsyncIterator[ProcessPool | ThreadPool]:
         yield pool
     finally:
         await pool.close()
+
+
+async def behind_a_held_batch(
+    pool: ProcessPool | ThreadPool, gate: Gate, waiting: BatchJob, held: Any = -1
+) -> tuple[asyncio.Task[BatchDone], asyncio.Task[BatchDone]]:
+    """Run a batch of ``held`` (the model holds it), then hand ``waiting`` over behind
+    it (sent to the worker, or waiting for a model); the two runs."""
+    first = asyncio.create_task(pool.run(job([held])))
+    await gate.started()
+    second = asyncio.create_task(pool.run(waiting))
+    await asyncio.sleep(0)  # its first step
+    return first, second
 
 
 def left(job: BatchJob, index: int, wanted: list[bool]) -> None:
@@ -102,11 +114,9 @@ async def test_an_item_expiring_while_its_batch_waits_at_a_busy_worker_is_left_o
     gate: Gate, mode: Mode
 ) -> None:
     async with running(Stage(Gated, args=gate.args, mode=mode)) as pool:
-        first = asyncio.create_task(pool.run(job([-1])))
-        await gate.started()
-        due = time.monotonic() + 0.05
-        second = asyncio.create_task(pool.run(job([2, 3, 4], [None, due, None], units=30)))
-        await asyncio.sleep(0)
+        due = time.monotonic() + 0.2
+        waiting = job([2, 3, 4], [None, due, None], units=30)
+        first, second = await behind_a_held_batch(pool, gate, waiting)
         await asyncio.sleep(due - time.monotonic())  # the deadline passes while it waits
         gate.release()
         await first
@@ -121,12 +131,9 @@ async def test_an_item_whose_caller_left_while_its_batch_waits_is_left_out(
     gate: Gate, mode: Mode
 ) -> None:
     async with running(Stage(Gated, args=gate.args, mode=mode)) as pool:
-        first = asyncio.create_task(pool.run(job([-1])))
-        await gate.started()
         wanted = [True, True, True]
         waiting = job([2, 3, 4], wanted=lambda index: wanted[index])
-        second = asyncio.create_task(pool.run(waiting))
-        await asyncio.sleep(0)  # sent to the worker (process), or waiting for a model
+        first, second = await behind_a_held_batch(pool, gate, waiting)
         left(waiting, 1, wanted)
         await asyncio.sleep(0)  # the pool tells the worker (once per loop turn)
         gate.release()
@@ -151,13 +158,11 @@ async def test_rows_parts_are_merged_for_the_model_and_expired_parts_left_out(
 ) -> None:
     stage = Stage(Gated, args=gate.args, mode=mode, batching=BatchConfig(rows="list"))
     async with running(stage) as pool:
-        first = asyncio.create_task(pool.run(job([[-1]])))
-        await gate.started()
-        due = time.monotonic() + 0.05
+        due = time.monotonic() + 0.2
         parts = [[1, 2], [3], [4, 5, 6]]
-        second = asyncio.create_task(pool.run(job(parts, [None, due, None], units=6)))
-        await asyncio.sleep(0)
-        await asyncio.sleep(due - time.monotonic())
+        waiting = job(parts, [None, due, None], units=6)
+        first, second = await behind_a_held_batch(pool, gate, waiting, held=[-1])
+        await asyncio.sleep(due - time.monotonic())  # the deadline passes while it waits
         gate.release()
         await first
         done = await second

@@ -1,7 +1,7 @@
 """A stage's worker processes, driven from the event loop without polling.
 
 Each worker has a pipe each way; the loop reads results as they arrive and writes
-batches as the pipe takes them, never blocking (see ``reader.py`` and ``writer.py``),
+batches as the pipe takes them, never blocking (see ``pipes.py``),
 and watches the process sentinel for the worker's death. A batch goes to the least
 busy worker — an idle one first; a worker may also hold the next batch in its pipe
 while it runs one, so that it starts the next the moment it finishes, without

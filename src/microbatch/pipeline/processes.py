@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING
 from ..merge import row_format
 from .arena import Arena
 from .model import WorkerContext
-from .reader import MessageReader
+from .pipes import MessageReader, PipeWriter
 from .stage import Stage
 from .worker import WorkerSpec, worker_main
-from .writer import PipeWriter
 
 if TYPE_CHECKING:
     from .batches import Batch
