@@ -87,11 +87,12 @@ def run_job(
     def still(index: int) -> bool:
         return _live(keep[index], deadlines, wanted, clock())
 
+    checked = None if deadlines is None and wanted is None else still
     fn = predict if rows is None else merged(predict, rows)
     started = clock()
     if on_start is not None:
         on_start(started)
-    results = run_batch(fn, kept, isolate_errors, still)
+    results = run_batch(fn, kept, isolate_errors, checked)
     finished = clock()
     computed = 0
     row_count = 0
