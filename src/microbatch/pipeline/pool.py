@@ -248,7 +248,7 @@ class ProcessPool:
 
     def _drain(self, worker: WorkerHandle) -> None:
         """Handle the results a worker wrote before it exited."""
-        while worker.batches:
+        while worker.batches and not worker.conn.closed:
             try:
                 messages = worker.reader.messages()
             except (EOFError, OSError):
