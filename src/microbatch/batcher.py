@@ -44,7 +44,7 @@ BatchFunction = (
 class _Entry(Pending):
     """One queued item, its deadline and the future its caller awaits."""
 
-    __slots__ = ("deadline", "future", "item", "timer")
+    __slots__ = ("deadline", "future", "index", "item", "job", "timer")
 
     def __init__(
         self,
@@ -59,6 +59,14 @@ class _Entry(Pending):
         self.future = future
         self.deadline = deadline
         self.timer: Timer | None = None
+        self.job: BatchJob | None = None  # while its batch is at the runner
+        self.index = 0  # its place in that batch
+
+    def unwanted(self) -> None:
+        """Tell the runner holding this entry's batch that nobody waits for it."""
+        job = self.job
+        if job is not None and job.on_unwanted is not None:
+            job.on_unwanted(self.index)
 
 
 class Batcher(Generic[T, R]):
@@ -269,8 +277,10 @@ class Batcher(Generic[T, R]):
         if entry.queued:
             self._stats.cancelled += 1
             self._drop(entry)
-        elif entry.timer is not None:
+            return
+        if entry.timer is not None:
             entry.timer.cancel()
+        entry.unwanted()
 
     def _expire(self, entry: _Entry) -> None:
         entry.timer = None
@@ -282,6 +292,7 @@ class Batcher(Generic[T, R]):
         entry.future.set_exception(
             DeadlineExceeded("the deadline passed before the result was ready")
         )
+        entry.unwanted()
 
     def _drop(self, entry: _Entry) -> None:
         """Take a queued entry out of the queue: it will not run."""
@@ -348,6 +359,8 @@ class Batcher(Generic[T, R]):
             partial(_wanted, batch),
             units,
         )
+        for index, entry in enumerate(batch):
+            entry.job, entry.index = job, index
         try:
             done = await self._runner.run(job)
         except BaseException as exc:
@@ -391,6 +404,7 @@ class Batcher(Generic[T, R]):
         for entry in batch:
             if entry.timer is not None:
                 entry.timer.cancel()
+            entry.job = None  # no reference cycle through the job's wanted()
         self._state.finished(len(batch), self._now())
         del self._handed[id(batch)]
         self._dispatch()

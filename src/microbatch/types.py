@@ -150,6 +150,10 @@ class BatchJob:
             (cancelled, or its deadline passed): a runner that starts the batch later
             than it got it leaves such items out.
         units: The batch's size in batch units (items, rows or ``size_fn`` units).
+        on_unwanted: Set by the runner while it holds the batch; the batcher calls
+            it with ``i`` when item ``i``'s caller leaves (or its deadline passes), so
+            that a runner holding the batch behind a running one (a worker pool) can
+            leave the item out before the model starts, without polling ``wanted``.
 
     With ``rows``, each item is one caller's part (a sequence of rows), not merged:
     the runner merges the parts it runs and splits the result back.
@@ -159,6 +163,7 @@ class BatchJob:
     deadlines: Sequence[float | None]
     wanted: Callable[[int], bool]
     units: int
+    on_unwanted: Callable[[int], None] | None = None
 
 
 @dataclass(slots=True)

@@ -20,6 +20,7 @@ from microbatch import BatchConfig, BatcherClosed, DeadlineExceeded
 from microbatch.errors import RemoteError, StageFailed
 from microbatch.pipeline import Model, ProcessPool, Service, Stage
 from microbatch.pipeline.pool import BATCHES_PER_WORKER
+from tests.integration.jobs import outcomes
 from tests.integration.pipeline_models import (
     AddOne,
     CountsBatches,
@@ -219,7 +220,7 @@ async def test_a_stage_whose_workers_cannot_set_up_fails_fast_then_recovers(tmp_
             await service.submit(3)  # at once, with the reason
         # A fresh error for each batch: one instance raised in every caller would
         # grow its traceback for as long as the outage lasts.
-        (first,), (second,) = [await service.pools[0].run([x]) for x in (5, 6)]
+        (first,), (second,) = [await outcomes(service.pools[0], [x]) for x in (5, 6)]
         assert isinstance(first, StageFailed) and first is not second
         marker.unlink()  # the cause is fixed: the next restart, after a pause, succeeds
         await eventually(lambda: service.ready, timeout_s=20)
@@ -343,9 +344,9 @@ async def test_a_pool_asked_to_run_before_its_warm_up_fails_fast() -> None:
     pool = ProcessPool(Stage(Identity))
     await pool.start()
     try:
-        (outcome,) = await asyncio.wait_for(pool.run([1]), timeout=10)
+        (outcome,) = await asyncio.wait_for(outcomes(pool, [1]), timeout=10)
         assert isinstance(outcome, StageFailed) and "before warm_up" in str(outcome)
         await pool.warm_up([])
-        assert await pool.run([1]) == [1]
+        assert await outcomes(pool, [1]) == [1]
     finally:
         await pool.close()

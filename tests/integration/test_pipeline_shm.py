@@ -26,6 +26,7 @@ from microbatch import BatchConfig
 from microbatch.errors import RemoteError, WorkerDied
 from microbatch.pipeline import ProcessPool, Service, Stage
 from microbatch.pipeline.arena import ARENA_MIN_BYTES, SHM_DIR
+from tests.integration.jobs import outcomes
 from tests.integration.pipeline_models import (
     Identity,
     ReturnsWorkerOnlyClass,
@@ -110,10 +111,10 @@ async def test_many_batches_two_in_flight_per_worker_each_caller_keeps_its_own()
     await pool.start()
     await pool.warm_up([])
     try:
-        results = await asyncio.gather(*(pool.run(batch) for batch in batches))
+        results = await asyncio.gather(*(outcomes(pool, batch) for batch in batches))
         # Both workers held two batches at once: all their slots carried data both ways.
         assert len(arena_files()) == 8 and all(arena_files().values())
-        more = await asyncio.gather(*(pool.run([item + 1]) for item in items[:40]))
+        more = await asyncio.gather(*(outcomes(pool, [item + 1]) for item in items[:40]))
     finally:
         await pool.close()
     # Results kept from earlier batches were not touched by the batches after them.
@@ -185,7 +186,8 @@ async def test_a_result_the_serving_process_cannot_read_fails_its_items_only(siz
         with pytest.raises(RemoteError, match="cannot be read") as caught:
             await service.submit(b"y" * size)
         assert caught.value.type_name == "ModuleNotFoundError"
-        assert await service.pools[0].run([]) == []  # the worker still serves
+        with pytest.raises(RemoteError, match="cannot be read"):  # the worker still serves
+            await service.submit(b"z")
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +202,7 @@ def run_batches() -> Iterator[Callable[[list[list[Any]]], list[list[Any]]]]:
         return asyncio.run_coroutine_threadsafe(coroutine, loop).result(timeout=60)
 
     async def run(batches: list[list[Any]]) -> list[list[Any]]:
-        return await asyncio.gather(*(pool.run(batch) for batch in batches))
+        return await asyncio.gather(*(outcomes(pool, batch) for batch in batches))
 
     pool = ProcessPool(Stage(Identity, workers=2))
     call(pool.start())

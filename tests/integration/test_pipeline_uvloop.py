@@ -1,7 +1,8 @@
 """Process stages under uvloop, the loop ``microbatch serve`` runs on.
 
 uvloop makes every descriptor it watches non-blocking; the pipes to the workers carry
-messages far larger than a socket buffer, which must still arrive whole.
+messages far larger than a pipe buffer, read and written a piece at a time as the pipe
+allows, which must still arrive whole.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ def test_messages_larger_than_the_pipe_buffer_arrive_whole_both_ways() -> None:
             results = await asyncio.gather(*(service.submit(item) for item in items))
             pool = service.pools[0]
             assert isinstance(pool, ProcessPool)
-            for worker in pool._workers:  # the pipes uvloop watches
-                assert worker is not None and os.get_blocking(worker.conn.fileno())
+            for worker in pool._workers:  # the pipes uvloop watches: never blocking
+                assert worker is not None and not os.get_blocking(worker.conn.fileno())
+                assert not os.get_blocking(worker.out.fileno())
             return results, service.stats().stages[0].restarts
 
     results, restarts = uvloop.run(main())

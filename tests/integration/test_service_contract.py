@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 
 import httpx
 import pytest
@@ -15,6 +18,7 @@ from microbatch.types import Route, Servable
 from tests.http.conftest import serving
 from tests.integration.contract_models import RefusesNegatives
 from tests.integration.pipeline_models import AddOne, Square
+from tests.integration.pool_models import Gate, Gated
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -93,3 +97,52 @@ async def test_an_item_error_from_a_batched_function_is_the_http_answer() -> Non
             client.post("/predict", json=3), client.post("/predict", json=4)
         )
     assert (odd.status_code, odd.json()["message"], even.json()) == (409, "no odd numbers", 4)
+
+
+@pytest.fixture
+def gate(tmp_path: Path) -> Iterator[Gate]:
+    gate = Gate(tmp_path)
+    yield gate
+    gate.close()
+
+
+@asynccontextmanager
+async def _released_at_exit(gate: Gate) -> AsyncIterator[None]:
+    """Let a held batch go however the block ends, so that a failure cannot hang."""
+    try:
+        yield
+    finally:
+        gate.release(2)
+
+
+async def _turns(count: int) -> None:
+    """Let the event loop run ``count`` turns (hand-over, pipe writes)."""
+    for _ in range(count):
+        await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+async def test_a_caller_that_leaves_while_its_batch_waits_at_a_busy_worker_is_not_computed(
+    gate: Gate, mode: str
+) -> None:
+    # Batches go when full (3 items): the first holds the worker, the second is
+    # handed over behind it at once.
+    stage = Stage(
+        Gated, args=gate.args, mode=mode, max_batch_size=3, policy="fixed", max_latency_ms=60_000
+    )
+    service = Service(stage)
+    async with service, _released_at_exit(gate):
+        held = asyncio.gather(*(service.submit(-1) for _ in range(3)))
+        await gate.started()  # the worker runs a batch of [-1, -1, -1] and holds it
+        calls = [asyncio.create_task(service.submit(x)) for x in (2, 3, 4)]
+        await _turns(5)  # a full batch goes to the busy worker at once, behind [-1]
+        assert service.stats().stages[0].batching.queued == 0
+        calls[1].cancel()
+        await _turns(5)  # the pool tells the worker
+        gate.release()
+        assert await held == [(-1, (-1, -1, -1))] * 3
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        cancelled = service.stats().stages[0].batching.cancelled
+    assert results[0] == (2, (2, 4)) and results[2] == (4, (2, 4))  # 3 never computed
+    assert isinstance(results[1], asyncio.CancelledError)
+    assert cancelled == 0  # it had left the queue: the worker left it out

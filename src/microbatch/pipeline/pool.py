@@ -1,13 +1,26 @@
 """A stage's worker processes, driven from the event loop without polling.
 
-Each worker has a duplex pipe; the loop watches the pipe (``add_reader``) for
-results and the process sentinel for its death. A batch goes to the least busy
-worker — an idle one first; a worker may also hold the next batch in its pipe while
-it runs one, so that it starts the next the moment it finishes, without waiting for
-the serving process. When a worker dies, the batch it was running is answered
-:class:`WorkerDied` (or run once more elsewhere if the stage is idempotent), the
-batches queued behind it (never started) go to another worker, and the worker is
-started again.
+Each worker has a pipe each way; the loop reads results as they arrive and writes
+batches as the pipe takes them, never blocking (see ``pipes.py``),
+and watches the process sentinel for the worker's death. A batch goes to the least
+busy worker — an idle one first; a worker may also hold the next batch in its pipe
+while it runs one, so that it starts the next the moment it finishes, without
+waiting for the serving process.
+
+The pool is the one owner of the ledger of running batches: the worker stamps when
+the model really started and finished each batch, and the times come back with the
+result (in the message header, read before the result is decoded). A batch sent to
+an idle worker starts when sent; one held behind a running batch starts when the
+worker was done with that one.
+
+Items whose caller left, or whose deadline passed, are never computed: they are left
+out when the batch is sent, by the worker when it comes to the batch (deadlines), and
+by a :class:`~.worker.Drop` the pool sends when a caller leaves while its batch waits
+at the worker behind the running one. Their outcomes are made here.
+
+When a worker dies, the batch it was running is answered :class:`WorkerDied` (or
+run once more elsewhere if the stage is idempotent), the batches queued behind it
+(never started) go to another worker, and the worker is started again.
 
 Each batch a worker holds has a slot of its own in the worker's shared-memory arena
 (see ``arena.py``), from when it is sent until its result has been copied out. A
@@ -17,19 +30,21 @@ large result is copied out on a thread, so the event loop keeps serving meanwhil
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import traceback
 from collections import deque
-from collections.abc import Callable, Sequence
+from functools import partial
 from multiprocessing.process import BaseProcess
 from typing import Any
 
 from ..errors import RemoteError, StageFailed, WorkerDied
 from ..execution import settle
-from .processes import Batch, WorkerHandle, forget, has_data, spawn, stop
+from ..types import BatchDone, BatchJob
+from .batches import Batch, decoded, finished, prepare, unwanted
+from .failures import died_early, setup_failure, warm_up_error
+from .jobs import Ran
+from .processes import WorkerHandle, forget, spawn, stop
 from .stage import Stage
-from .transport import Incoming, read_message, send
-from .worker import SETUP_FAILED
+from .transport import Incoming, encode
+from .worker import SetUp, Stop
 
 __all__ = ["BATCHES_PER_WORKER", "ProcessPool"]
 
@@ -43,7 +58,7 @@ the worker starts it the moment the first is done (the batcher's run-ahead)."""
 
 
 class ProcessPool:
-    """The worker processes of one stage.
+    """The worker processes of one stage: a :class:`~microbatch.types.BatchRunner`.
 
     Args:
         stage: The stage to run.
@@ -51,6 +66,7 @@ class ProcessPool:
 
     def __init__(self, stage: Stage) -> None:
         self.stage = stage
+        self._rows = stage.config.row_format()
         self._workers: list[WorkerHandle | None] = [None] * stage.workers
         self._backlog: deque[Batch] = deque()  # batches waiting for a worker
         self._copies: set[asyncio.Future[Any]] = set()  # large results copied out on threads
@@ -81,6 +97,12 @@ class ProcessPool:
     def pids(self) -> list[int]:
         """Process ids of the live workers."""
         return [w.process.pid for w in self._workers if w is not None and w.process.pid]
+
+    def running_since(self) -> float | None:
+        """When the oldest batch running now started (``time.monotonic()``), or None.
+        A batch waiting at a worker behind the one it runs is not running yet."""
+        since = [w.busy_since for w in self._workers if w is not None and w.busy_since is not None]
+        return min(since) if since else None
 
     async def start(self) -> None:
         """Start every worker and wait until each has set up its model.
@@ -126,58 +148,58 @@ class ProcessPool:
             self._serve(worker)
         return results[0] if results else []
 
-    async def run(
-        self, items: list[Any], deadlines: Sequence[float | None] | None = None
-    ) -> list[Any]:
-        """Run one batch on the least busy worker; return its outcomes.
+    async def run(self, job: BatchJob) -> BatchDone:
+        """Run one batch on the least busy worker; return its outcomes and when the
+        model really started and finished it.
 
-        An item whose deadline (``time.monotonic()``) has passed when the worker
-        comes to it, while the batch waited behind the one it runs, is left out:
-        its outcome is DeadlineExceeded.
-
-        Never raises for the batch as a whole: a model error is a RemoteError at its
-        item's place, and a dead worker or failed stage is every item's outcome, so
-        the batcher does not split and run again what may not be run twice.
+        Items whose caller left or whose deadline passed before the model came to
+        them are left out (DeadlineExceeded for an expired one). Never raises for the
+        batch as a whole: a model error is at its item's place (a RemoteError, or the
+        ItemError the model gave), and a dead worker or failed stage is every item's
+        outcome, so the batcher does not split and run again what may not be run twice.
         """
-        loop = asyncio.get_running_loop()
-        batch = Batch(items, loop.create_future(), self.stage.idempotent, deadlines)
+        count = len(job.items)
         if self._failed is not None:
             # A fresh error each time: raising one instance in every caller would
             # grow its traceback (and keep their frames) for as long as the outage lasts.
-            return [StageFailed(str(self._failed))] * len(items)
+            return BatchDone([StageFailed(str(self._failed))] * count)
         if self._warm_up_items is None:  # no worker would ever take it
             failure = StageFailed(f"stage {self.stage.name!r}: run() before warm_up()")
-            return [failure] * len(items)
+            return BatchDone([failure] * count)
+        batch = Batch(job, asyncio.get_running_loop().create_future(), self.stage.idempotent)
         self._backlog.append(batch)
         self._pump()
         try:
-            return await batch.future
+            ran = await batch.future
         except (WorkerDied, StageFailed) as exc:
-            return [exc] * len(items)
+            return BatchDone([exc] * count)
+        finally:
+            job.on_unwanted = None
+        return finished(batch, ran, self._rows)
 
     async def close(self) -> None:
         """Stop the workers: each finishes the batches it holds, then exits; one that
-        does not within a grace period is terminated, then killed."""
+        does not within a grace period is killed. Every batch is answered."""
         self._closing = True
-        self._fail(StageFailed(f"stage {self.stage.name!r} is closed"))
+        closed = StageFailed(f"stage {self.stage.name!r} is closed")
+        self._fail(closed)
         for task in list(self._restart_tasks):
             task.cancel()
         loop = asyncio.get_running_loop()
         live = [w for w in self._workers if w is not None and w.alive]
         for worker in live:
             loop.remove_reader(worker.process.sentinel)  # stop() reaps it now
-            with contextlib.suppress(OSError):  # already gone: nothing to ask
-                send(worker.conn, None)
+            worker.writer.write(encode(Stop()))
         await asyncio.gather(*(loop.run_in_executor(None, stop, w.process) for w in live))
         for worker in live:
-            while worker.batches and has_data(worker.conn) and self._take_message(worker):
-                pass  # results written just before it exited
+            self._drain(worker)  # results written just before it exited
             worker.alive = False
-            closed = StageFailed(f"stage {self.stage.name!r} closed before the batch finished")
+            cut = StageFailed(f"stage {self.stage.name!r} closed before the batch finished")
             for batch in worker.batches.values():
-                settle(batch.future, closed)
+                settle(batch.future, cut)
             worker.batches.clear()
             forget(worker)
+        self._fail(closed)  # whatever came back to the backlog meanwhile
         await asyncio.gather(*self._reaping.values())
         await asyncio.gather(*self._copies, return_exceptions=True)  # results already out
 
@@ -190,13 +212,8 @@ class ProcessPool:
             if worker is None:
                 return
             batch = self._backlog.popleft()
-            if batch.future.done():  # its caller left
-                continue
-            try:
+            if not batch.future.done():  # else its caller left
                 self._send(worker, batch)
-            except OSError:  # it died before the batch reached it: another may run it
-                self._backlog.appendleft(batch)
-                self._on_death(worker)
 
     def _least_busy(self) -> WorkerHandle | None:
         best: WorkerHandle | None = None
@@ -208,38 +225,55 @@ class ProcessPool:
         return best
 
     def _send(self, worker: WorkerHandle, batch: Batch) -> None:
+        """Send ``batch`` to ``worker``, less the items no longer wanted and those that
+        cannot be pickled (answered here); never raises."""
         slot = worker.free_slot()
-        arena = None if worker.arena is None else worker.arena.outgoing(slot)
-        send(worker.conn, (batch.items, batch.deadlines), slot, arena)
-        worker.batches[slot] = batch
+        frames = prepare(batch, slot, None if worker.arena is None else worker.arena.outgoing(slot))
+        if frames is None:  # nothing to run: answered here, without the worker
+            settle(batch.future, Ran([], None, None, 0))
+            return
+        worker.took(slot, batch)
+        batch.job.on_unwanted = partial(unwanted, batch)
+        batch.end = worker.writer.write(frames)
 
     def _on_message(self, worker: WorkerHandle) -> None:
-        if not self._take_message(worker):
-            self._on_death(worker)
-
-    def _take_message(self, worker: WorkerHandle) -> bool:
-        """Read and handle one message; False at the end of the pipe."""
         try:
-            message = read_message(worker.conn)
+            messages = worker.reader.messages()
         except (EOFError, OSError):
-            return False
-        if message.slot is None:  # the worker is set up, or failed to: (kind, payload)
-            kind, payload = message.decode(None)
+            self._on_death(worker)
+            return
+        for message in messages:
+            self._handle(worker, message)
+
+    def _drain(self, worker: WorkerHandle) -> None:
+        """Handle the results a worker wrote before it exited."""
+        while worker.batches and not worker.conn.closed:
+            try:
+                messages = worker.reader.messages()
+            except (EOFError, OSError):
+                return
+            if not messages:
+                return
+            for message in messages:
+                self._handle(worker, message)
+
+    def _handle(self, worker: WorkerHandle, message: Incoming) -> None:
+        if message.slot is None:  # the worker is set up, or failed to
             if worker.arena is not None:
                 worker.arena.unlink()  # the worker has opened its files by now
-            if not worker.set_up.done():  # cancelled if the pool closed while it started
-                settle(worker.set_up, payload if kind == SETUP_FAILED else None)
-            return True
-        batch = worker.batches.pop(message.slot, None)
+            set_up = message.decode(None)
+            if isinstance(set_up, SetUp) and not worker.set_up.done():  # cancelled: closed
+                settle(worker.set_up, set_up.error)
+            return
+        batch = worker.answered(message.slot, message.times[1])
         if batch is not None:
             if message.arena_bytes > _COPY_ON_THREAD_BYTES:
                 self._copy_on_thread(worker, message, batch)
             else:
                 source = None if worker.arena is None else worker.arena.incoming(message.slot)
-                settle(batch.future, _outcomes(batch, lambda: message.decode(source)))
+                settle(batch.future, decoded(batch, message.times, lambda: message.decode(source)))
         if worker.serving and not self._closing:
             self._pump()
-        return True
 
     def _copy_on_thread(self, worker: WorkerHandle, message: Incoming, batch: Batch) -> None:
         """Copy a large result out of shared memory and unpickle it on a thread; its
@@ -262,7 +296,7 @@ class ProcessPool:
             if copy.cancelled():
                 settle(batch.future, StageFailed(f"stage {self.stage.name!r} is closed"))
             else:
-                settle(batch.future, _outcomes(batch, copy.result))
+                settle(batch.future, decoded(batch, message.times, copy.result))
             if worker.serving and not self._closing:
                 self._pump()
 
@@ -272,33 +306,38 @@ class ProcessPool:
         if not worker.alive:
             return
         worker.alive = False
-        while worker.batches and has_data(worker.conn) and self._take_message(worker):
-            pass  # results it sent before it died count
+        self._drain(worker)  # results it sent before it died count
         forget(worker)
         worker.process.join(0)  # reap it now if it has exited (no zombie)
         if worker.process.exitcode is None:  # its pipes closed a moment before it exited
             self._reap(worker.process)
         code = worker.process.exitcode
         if not worker.set_up.done():
-            worker.set_up.set_exception(WorkerDied(_died_early(code)))
+            worker.set_up.set_exception(WorkerDied(died_early(code)))
         held = list(worker.batches.values())
         worker.batches.clear()
         died = WorkerDied(
             f"stage {self.stage.name!r}: worker {worker.index} died (exit code {code})"
         )
+        # Batches queued behind the running one never started: another worker may
+        # run them, unless the pool is closing (then nothing would ever take them).
+        again = worker.serving and not self._closing
         if held:
             running, queued = held[0], held[1:]  # a worker runs its batches in order
-            if running.retry and worker.serving and not self._closing:
+            if running.end > worker.writer.taken and again:
+                queued.insert(0, running)  # it never reached the worker's pipe
+            elif running.retry and again:
                 running.retry = False
                 queued.insert(0, running)
             else:
                 settle(running.future, died)
-            if worker.serving:
-                self._backlog.extendleft(reversed(queued))  # never started: run elsewhere
-            else:
-                for batch in queued:
+            for batch in queued:
+                batch.worker = None
+                if not again:
                     settle(batch.future, died)
-        if worker.serving and not self._closing:
+            if again:
+                self._backlog.extendleft(reversed(queued))
+        if again:
             task = asyncio.get_running_loop().create_task(self._restart(worker.index))
             self._restart_tasks.add(task)
             task.add_done_callback(self._restart_tasks.discard)
@@ -324,29 +363,22 @@ class ProcessPool:
                 errors.append(exc)
             if attempt + 1 < attempts:
                 await asyncio.sleep(_SETUP_BACKOFF_S[min(attempt, len(_SETUP_BACKOFF_S) - 1)])
-        cause = f": {errors[-1]}" if errors else ""
-        raise StageFailed(
-            f"stage {self.stage.name!r}: worker {index} died {attempts} times in setup{cause}"
-        )
+        raise setup_failure(f"stage {self.stage.name!r}: worker {index}", attempts, errors)
 
     async def _warm(self, worker: WorkerHandle) -> list[Any]:
         """Run the warm-up items on ``worker``; an item's error fails the warm-up."""
         items = self._warm_up_items or []
         if not items:
             return []
-        batch = Batch(items, asyncio.get_running_loop().create_future(), retry=False)
-        try:
-            self._send(worker, batch)
-        except OSError:
-            raise WorkerDied(f"stage {self.stage.name!r}: worker {worker.index} died") from None
-        outcomes = await batch.future
-        for item, outcome in zip(items, outcomes, strict=True):
-            if isinstance(outcome, RemoteError):
-                raise RemoteError(
-                    outcome.type_name,
-                    f"warm-up item {item!r:.80} failed: {outcome.message}",
-                    outcome.traceback_text,
-                )
+        if not worker.alive:
+            raise WorkerDied(f"stage {self.stage.name!r}: worker {worker.index} died")
+        job = BatchJob(items, [None] * len(items), _always, len(items))
+        batch = Batch(job, asyncio.get_running_loop().create_future(), retry=False)
+        self._send(worker, batch)
+        outcomes = finished(batch, await batch.future, self._rows).outcomes
+        error = warm_up_error(items, outcomes)
+        if error is not None:
+            raise error
         return outcomes
 
     def _serve(self, worker: WorkerHandle) -> None:
@@ -396,26 +428,5 @@ class ProcessPool:
                 return
 
 
-def _outcomes(batch: Batch, decode: Callable[[], Any]) -> Any:
-    """A batch's decoded outcomes, or, if its result cannot be unpickled here (say, an
-    instance of a class the serving process cannot import), that error for each item."""
-    try:
-        return decode()
-    except Exception as exc:
-        error = RemoteError(
-            type(exc).__qualname__,
-            f"the result came back but cannot be read: {exc}",
-            traceback.format_exc(),
-        )
-        return [error] * len(batch.items)
-
-
-def _died_early(code: int | None) -> str:
-    hint = ""
-    if code == 1:
-        hint = (
-            " - if it printed a RuntimeError about bootstrapping, the main script starts"
-            " the service when imported: workers are spawned and import the main module,"
-            " so guard it with `if __name__ == '__main__':`"
-        )
-    return f"worker died before its model was set up (exit code {code}){hint}"
+def _always(index: int) -> bool:
+    return True

@@ -3,49 +3,49 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import multiprocessing
-import os
 import pickle
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .arena import Arena
 from .model import WorkerContext
+from .pipes import MessageReader, PipeWriter
 from .stage import Stage
 from .worker import WorkerSpec, worker_main
 
-__all__ = ["Batch", "WorkerHandle", "has_data", "spawn", "stop"]
+if TYPE_CHECKING:
+    from .batches import Batch
+
+__all__ = ["WorkerHandle", "forget", "spawn", "stop"]
 
 _SPAWN = multiprocessing.get_context("spawn")
 _STOP_GRACE_S = 5.0
 
 
 @dataclass(eq=False)
-class Batch:
-    """One batch on its way through a worker: its items and the future of its outcomes."""
-
-    items: list[Any]
-    future: asyncio.Future[list[Any]]
-    retry: bool  # may run once more elsewhere if its worker dies while running it
-    deadlines: Sequence[float | None] | None = None  # the worker leaves out expired items
-
-
-@dataclass(eq=False)
 class WorkerHandle:
-    """The serving process's view of one worker process."""
+    """The serving process's view of one worker process: its pipes, the batches it
+    holds, and since when it runs the oldest of them (the pool's ledger)."""
 
     index: int
     process: BaseProcess
-    conn: Connection
+    conn: Connection  # the results pipe's read end
+    reader: MessageReader  # the results come in here
+    out: Connection  # the batches pipe's write end
+    writer: PipeWriter  # the batches go out here
     set_up: asyncio.Future[None]  # resolved when the model is built and set up
     arena: Arena | None = None  # its shared memory (None: everything goes by pipe)
     batches: dict[int, Batch] = field(default_factory=dict)  # sent, by slot, oldest first
     receiving: dict[int, Batch] = field(default_factory=dict)  # answered, being copied out
     alive: bool = True
     serving: bool = False  # warmed up: takes batches
+    busy_since: float | None = None  # when it started the oldest batch it holds
 
     @property
     def held(self) -> int:
@@ -59,6 +59,23 @@ class WorkerHandle:
             slot += 1
         return slot
 
+    def took(self, slot: int, batch: Batch) -> None:
+        """``batch`` was sent for ``slot``: an idle worker starts it now."""
+        if not self.batches:
+            self.busy_since = time.monotonic()
+        self.batches[slot] = batch
+        batch.worker, batch.slot = self, slot
+
+    def answered(self, slot: int, done_s: float) -> Batch | None:
+        """The worker was done with the batch in ``slot`` at ``done_s`` (its clock,
+        which is this one); the next batch it holds started then."""
+        batch = self.batches.pop(slot, None)
+        if not self.batches:
+            self.busy_since = None
+        else:
+            self.busy_since = time.monotonic() if math.isnan(done_s) else done_s
+        return batch
+
 
 def spawn(
     stage: Stage,
@@ -71,7 +88,9 @@ def spawn(
     the running loop watches its pipe and sentinel."""
     loop = asyncio.get_running_loop()
     arena = Arena.create(slots)
-    parent, child = _SPAWN.Pipe(duplex=True)
+    # Two one-way pipes: each end's blocking mode is its own (the worker's ends block).
+    batches_in, batches_out = _SPAWN.Pipe(duplex=False)
+    results_in, results_out = _SPAWN.Pipe(duplex=False)
     spec = WorkerSpec(
         stage.model,
         stage.args,
@@ -81,10 +100,11 @@ def spawn(
         stage.env_for(index),
         stage.cpus_for(index),
         () if arena is None else arena.names,
+        stage.config.row_format(),
     )
     process = _SPAWN.Process(
         target=worker_main,
-        args=(child, pickle.dumps(spec, protocol=5)),
+        args=(batches_in, results_out, pickle.dumps(spec, protocol=5)),
         name=f"microbatch-{stage.name}-{index}",
         daemon=True,
     )
@@ -93,27 +113,38 @@ def spawn(
     except BaseException:
         if arena is not None:
             arena.close()
-        parent.close()
+        results_in.close()
+        batches_out.close()
         raise
     finally:
-        child.close()
-    worker = WorkerHandle(index, process, parent, loop.create_future(), arena)
-    loop.add_reader(parent.fileno(), on_message, worker)
-    # uvloop makes a watched descriptor non-blocking, but messages are read whole: a
-    # read that found half a message would fail with BlockingIOError.
-    os.set_blocking(parent.fileno(), True)
+        batches_in.close()
+        results_out.close()
+    worker = WorkerHandle(
+        index,
+        process,
+        results_in,
+        MessageReader(results_in.fileno()),
+        batches_out,
+        PipeWriter(batches_out.fileno()),
+        loop.create_future(),
+        arena,
+    )
+    loop.add_reader(results_in.fileno(), on_message, worker)
     loop.add_reader(process.sentinel, on_death, worker)
     return worker
 
 
 def forget(worker: WorkerHandle) -> None:
-    """Stop watching a worker's pipe and sentinel, close its pipe and its arena."""
+    """Stop watching a worker's pipes and sentinel, close them and its arena."""
     if worker.conn.closed:
         return
     loop = asyncio.get_running_loop()
     loop.remove_reader(worker.conn.fileno())
     loop.remove_reader(worker.process.sentinel)
+    worker.writer.close()
     worker.conn.close()
+    worker.out.close()
+    worker.busy_since = None
     if worker.arena is not None:
         worker.arena.close()
 
@@ -125,11 +156,3 @@ def stop(process: BaseProcess) -> None:
     if process.is_alive():
         process.kill()
         process.join()
-
-
-def has_data(conn: Connection) -> bool:
-    """Whether a message (or the end of the pipe) is waiting to be read."""
-    try:
-        return conn.poll(0)
-    except (OSError, EOFError):
-        return False

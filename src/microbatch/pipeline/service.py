@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Generic, Protocol, TypeVar
@@ -12,7 +11,6 @@ from typing import Any, Generic, Protocol, TypeVar
 from .._hints import item_types
 from ..batcher import Batcher
 from ..errors import BatcherClosed, Overloaded, StageFailed
-from ..merge import RowFormat
 from ..policy import QueueState
 from ..stats import ServiceStats, StageStats, StatsRecorder
 from ..types import BatchDone, BatchJob, Route, deadline_from
@@ -51,11 +49,11 @@ class WorkerPool(Protocol):
     async def warm_up(self, items: list[Any]) -> list[Any]:
         """Run ``items`` through every worker; return one worker's outcomes."""
 
-    async def run(
-        self, items: list[Any], deadlines: Sequence[float | None] | None = None
-    ) -> list[Any]:
-        """Run one batch on an idle worker; return one outcome per item. An item
-        whose deadline passes before the worker comes to it is not computed."""
+    async def run(self, job: BatchJob) -> BatchDone:
+        """Run one batch (see :class:`~microbatch.types.BatchRunner`)."""
+
+    def running_since(self) -> float | None:
+        """When the oldest batch running now started, or None."""
 
     async def close(self) -> None:
         """Stop the workers."""
@@ -281,45 +279,4 @@ def _stage_batcher(pool: WorkerPool, stage: Stage) -> Batcher[Any, Any]:
     """The batcher in front of one stage's workers."""
     # A full batch may wait at a worker for the running one (workers queue it),
     # so the worker is told each item's deadline and leaves out expired ones.
-    return Batcher(config=stage.config, runner=_PoolRunner(pool, stage.config.row_format()))
-
-
-class _PoolRunner:
-    """A stage's pool as a batch runner (until pools speak BatchRunner themselves):
-    the wanted items go to ``pool.run`` with their deadlines (with rows: merged, as
-    the pool's items); times are measured around the call."""
-
-    def __init__(self, pool: WorkerPool, rows: RowFormat | None) -> None:
-        self._pool = pool
-        self._rows = rows
-        self._calls: dict[int, float] = {}  # calls in flight -> when each began
-
-    def running_since(self) -> float | None:
-        """When the oldest call in flight began."""
-        return min(self._calls.values(), default=None)
-
-    async def run(self, job: BatchJob) -> BatchDone:
-        """Run the wanted items of ``job`` on the pool."""
-        count = len(job.items)
-        keep = [index for index in range(count) if job.wanted(index)]
-        items = [job.items[index] for index in keep]
-        deadlines = [job.deadlines[index] for index in keep]
-        left_out = BatcherClosed("its caller no longer waits")
-        placed: list[Any] = [left_out] * count
-        if not items:
-            return BatchDone(placed)
-        key, started = id(job), time.monotonic()
-        self._calls[key] = started
-        try:
-            rows = self._rows
-            if rows is None:
-                outcomes = await self._pool.run(items, deadlines)
-            else:
-                counts = [rows.count(item) for item in items]
-                outcomes = rows.split(await self._pool.run(rows.merge(items)), counts)
-        finally:
-            del self._calls[key]
-        for index, outcome in zip(keep, outcomes, strict=True):
-            placed[index] = outcome
-        units = job.units if len(keep) == count else len(keep)
-        return BatchDone(placed, started, time.monotonic(), units)
+    return Batcher(config=stage.config, runner=pool)

@@ -8,14 +8,16 @@ errors as a process stage. A thread cannot be killed, so there are no restarts.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from time import monotonic
 from typing import Any
 
 from ..errors import BatcherClosed, StageFailed
-from ..execution import run_batch, run_batch_in_time
+from ..types import BatchDone, BatchJob
+from .failures import user_frames
+from .jobs import Ran, computed_units, run_job
 from .model import Model, WorkerContext
 from .stage import Stage
 
@@ -25,7 +27,9 @@ _RETRY_BACKOFF_S = (0.1, 0.5, 2.0)
 
 
 class ThreadPool:
-    """The worker threads of one stage (same interface as :class:`ProcessPool`).
+    """The worker threads of one stage (same interface as :class:`ProcessPool`): a
+    :class:`~microbatch.types.BatchRunner`. A batch waits here for an idle model;
+    the model's thread stamps when it starts and finishes it.
 
     Args:
         stage: The stage to run (``mode="thread"``).
@@ -36,8 +40,10 @@ class ThreadPool:
         self._executor = ThreadPoolExecutor(
             max_workers=stage.workers, thread_name_prefix=f"microbatch-{stage.name}"
         )
+        self._rows = stage.config.row_format()
         self._models: list[Model] = []
-        self._idle: asyncio.Queue[Model] = asyncio.Queue()
+        self._idle: asyncio.Queue[int] = asyncio.Queue()  # indexes of idle models
+        self._since: list[float | None] = [None] * stage.workers  # per model: running since
         self._serving = False
         self._closed = False
 
@@ -71,39 +77,52 @@ class ThreadPool:
             await asyncio.gather(*(self._set_up(index) for index in range(self.stage.workers)))
         )
 
+    def running_since(self) -> float | None:
+        """When the oldest batch running now started (``time.monotonic()``), or None."""
+        since = [at for at in self._since if at is not None]
+        return min(since) if since else None
+
     async def warm_up(self, items: list[Any]) -> list[Any]:
         """Run ``items`` as one batch through every model, then take batches.
 
         Raises:
             StageFailed: A warm-up item failed.
         """
-        outcomes = await asyncio.gather(*(self._call(model, items) for model in self._models))
-        for results in outcomes:
-            for item, outcome in zip(items, results, strict=True):
+        job = BatchJob(items, [None] * len(items), _always, len(items))
+        outcomes = await asyncio.gather(
+            *(self._call(index, job) for index in range(len(self._models)))
+        )
+        for ran in outcomes:
+            for item, outcome in zip(items, ran.outcomes, strict=True):
                 if isinstance(outcome, BaseException):
                     raise StageFailed(
                         f"stage {self.stage.name!r}: warm-up item {item!r:.80} failed: {outcome!r}"
                     ) from outcome
-        for model in self._models:
-            self._idle.put_nowait(model)
+        for index in range(len(self._models)):
+            self._idle.put_nowait(index)
         self._serving = True
-        return outcomes[0] if outcomes else []
+        return outcomes[0].outcomes if outcomes else []
 
-    async def run(
-        self, items: list[Any], deadlines: Sequence[float | None] | None = None
-    ) -> list[Any]:
-        """Run one batch on an idle model; return its outcomes (never raises).
+    async def run(self, job: BatchJob) -> BatchDone:
+        """Run one batch on an idle model; return its outcomes and when the model
+        started and finished it (never raises).
 
-        Items whose deadline passed while the batch waited for a model are left out
-        (DeadlineExceeded).
+        Items whose caller left or whose deadline passed while the batch waited for a
+        model are left out (DeadlineExceeded for an expired one).
         """
+        count = len(job.items)
         if self._closed:
-            return [BatcherClosed(f"stage {self.stage.name!r} is closed")] * len(items)
-        model = await self._idle.get()
+            return BatchDone([BatcherClosed(f"stage {self.stage.name!r} is closed")] * count)
+        index = await self._idle.get()
         try:
-            return await self._call(model, items, deadlines)
+            if self._closed:  # closed while it waited: the threads are stopping
+                return BatchDone([BatcherClosed(f"stage {self.stage.name!r} is closed")] * count)
+            ran = await self._call(index, job)
         finally:
-            self._idle.put_nowait(model)
+            self._idle.put_nowait(index)
+        return BatchDone(
+            ran.outcomes, ran.started_s, ran.finished_s, computed_units(job, ran, self._rows)
+        )
 
     async def close(self) -> None:
         """Let running batches finish, then stop the threads."""
@@ -118,9 +137,10 @@ class ThreadPool:
                 return await loop.run_in_executor(self._executor, self._build, index)
             except Exception as exc:
                 if attempt + 1 == attempts:
+                    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
                     raise StageFailed(
                         f"stage {self.stage.name!r}: worker {index} failed {attempts} times"
-                        f" in setup: {type(exc).__name__}: {exc}"
+                        f" in setup: {type(exc).__name__}: {exc}\n{user_frames(text)}"
                     ) from exc
             await asyncio.sleep(_RETRY_BACKOFF_S[min(attempt, len(_RETRY_BACKOFF_S) - 1)])
         raise AssertionError("unreachable")
@@ -130,13 +150,28 @@ class ThreadPool:
         model.setup(WorkerContext(self.stage.name, index))
         return model
 
-    async def _call(
-        self, model: Model, items: list[Any], deadlines: Sequence[float | None] | None = None
-    ) -> list[Any]:
-        loop = asyncio.get_running_loop()
-        isolate = self.stage.config.isolate_errors
-        if deadlines is None:
-            call = partial(run_batch, model.predict, items, isolate)
-        else:
-            call = partial(run_batch_in_time, model.predict, items, isolate, deadlines, monotonic)
-        return await loop.run_in_executor(self._executor, call)
+    async def _call(self, index: int, job: BatchJob) -> Ran:
+        """Run ``job`` on model ``index`` in its thread."""
+
+        def started(at: float) -> None:
+            self._since[index] = at
+
+        call = partial(
+            run_job,
+            self._models[index].predict,
+            job.items,
+            job.deadlines,
+            job.wanted,
+            self.stage.config.isolate_errors,
+            self._rows,
+            monotonic,
+            started,
+        )
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        finally:
+            self._since[index] = None
+
+
+def _always(index: int) -> bool:
+    return True

@@ -15,17 +15,28 @@ network.
 
 from __future__ import annotations
 
+import math
 import pickle
 import struct
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 from .arena import ARENA_MIN_BYTES, Segment, new_buffer
 
-__all__ = ["Incoming", "Source", "read_message", "receive", "send"]
+__all__ = [
+    "Incoming",
+    "Source",
+    "begin",
+    "encode",
+    "read_message",
+    "receive",
+    "send",
+    "unpicklable",
+]
 
-_HEAD = struct.Struct("<BI")  # slot (255: none), parts (0: the pickle follows, alone)
+_HEAD = struct.Struct("<BIdd")  # slot (255: none), parts (0: the pickle follows), two times
 _PART = struct.Struct("<qQ")  # offset in the arena (or one of the two below), length
 _NO_SLOT = 255
 _INLINE = -1  # the pickle, in the header frame after the parts
@@ -41,10 +52,31 @@ class Source(Protocol):
 
 
 def send(
-    conn: Connection, message: Any, slot: int | None = None, arena: Segment | None = None
+    conn: Connection,
+    message: Any,
+    slot: int | None = None,
+    arena: Segment | None = None,
+    times: tuple[float, float] = (math.nan, math.nan),
 ) -> None:
     """Send ``message`` for batch slot ``slot``; its large parts go into ``arena``
-    (the slot's outgoing file) if given and it has room, else into pipe frames."""
+    (the slot's outgoing file) if given and it has room, else into pipe frames.
+    Blocks until the pipe has taken every frame."""
+    for frame in encode(message, slot, arena, times):
+        conn.send_bytes(frame)
+
+
+def encode(
+    message: Any,
+    slot: int | None = None,
+    arena: Segment | None = None,
+    times: tuple[float, float] = (math.nan, math.nan),
+) -> list[bytes | memoryview]:
+    """The pipe frames of ``message`` (see :func:`send`); its large parts are written
+    into ``arena`` now, where they fit.
+
+    Raises:
+        Exception: ``message`` cannot be pickled (nothing was written anywhere).
+    """
     large: list[memoryview] = []
 
     def out_of_band(buffer: pickle.PickleBuffer) -> bool:
@@ -57,19 +89,32 @@ def send(
     body = pickle.dumps(message, protocol=5, buffer_callback=out_of_band)
     tag = _NO_SLOT if slot is None else slot
     if not large and len(body) < ARENA_MIN_BYTES:  # the common case: one small frame
-        conn.send_bytes(_HEAD.pack(tag, 0) + body)
-        return
+        return [_HEAD.pack(tag, 0, *times) + body]
     parts = [(_INLINE, len(body))] + [(_FRAME, raw.nbytes) for raw in large]
     if arena is not None and slot is not None:
         parts = _place(arena, body, large) or parts
-    head = [_HEAD.pack(tag, len(parts))]
+    head = [_HEAD.pack(tag, len(parts), *times)]
     head += [_PART.pack(*part) for part in parts]
     if parts[0][0] == _INLINE:
         head.append(body)
-    conn.send_bytes(b"".join(head))
-    for raw, (offset, _) in zip(large, parts[1:], strict=True):
-        if offset == _FRAME:
-            conn.send_bytes(raw)
+    frames: list[bytes | memoryview] = [b"".join(head)]
+    frames += [raw for raw, (offset, _) in zip(large, parts[1:], strict=True) if offset == _FRAME]
+    return frames
+
+
+def unpicklable(items: Sequence[Any]) -> dict[int, Exception]:
+    """The items that cannot be pickled, by index, with the reason of each."""
+    failed: dict[int, Exception] = {}
+    for index, item in enumerate(items):
+        try:
+            pickle.dumps(item, protocol=5, buffer_callback=_discard)
+        except Exception as exc:
+            failed[index] = exc
+    return failed
+
+
+def _discard(buffer: pickle.PickleBuffer) -> None:
+    """Out-of-band buffers need not be copied just to learn that an object pickles."""
 
 
 def _place(arena: Segment, body: bytes, large: list[memoryview]) -> list[tuple[int, int]] | None:
@@ -100,6 +145,12 @@ class Incoming:
     parts: list[tuple[int, int]]  # (offset or _INLINE/_FRAME, length): the pickle, buffers
     frames: list[bytes]  # the parts that came as pipe frames, in order
     arena_bytes: int  # how many bytes :meth:`decode` copies out of the arena
+    times: tuple[float, float] = field(default=(math.nan, math.nan))  # stamped by the sender
+
+    @property
+    def frames_expected(self) -> int:
+        """How many pipe frames follow the header frame."""
+        return sum(1 for at, _ in self.parts[1:] if at == _FRAME)
 
     def decode(self, source: Source | None) -> Any:
         """Copy the arena parts out of ``source`` (the slot's incoming file) and unpickle.
@@ -133,14 +184,21 @@ class Incoming:
 def read_message(conn: Connection) -> Incoming:
     """Read one message sent by :func:`send` off the pipe (blocks until it is
     complete); :meth:`Incoming.decode` makes the object."""
-    head = conn.recv_bytes()
-    tag, count = _HEAD.unpack_from(head)
+    message = begin(conn.recv_bytes())
+    message.frames = [conn.recv_bytes() for _ in range(message.frames_expected)]
+    return message
+
+
+def begin(head: bytes) -> Incoming:
+    """The message whose header frame is ``head``; its :attr:`Incoming.frames` are
+    still to come (:attr:`Incoming.frames_expected` of them)."""
+    tag, count, first, second = _HEAD.unpack_from(head)
     slot = None if tag == _NO_SLOT else tag
     if not count:
-        return Incoming(slot, head, [], [], 0)
+        return Incoming(slot, head, [], [], 0, (first, second))
     parts = [_PART.unpack_from(head, _HEAD.size + i * _PART.size) for i in range(count)]
-    frames = [conn.recv_bytes() for offset, _ in parts[1:] if offset == _FRAME]
-    return Incoming(slot, head, parts, frames, sum(n for at, n in parts if at >= 0))
+    arena_bytes = sum(n for at, n in parts if at >= 0)
+    return Incoming(slot, head, parts, [], arena_bytes, (first, second))
 
 
 def _writable(frame: bytes) -> Any:
