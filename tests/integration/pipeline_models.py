@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import sys
 import threading
 import time
 import types
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -192,3 +195,77 @@ class Expand(Model):
         import numpy as np
 
         return [np.full((64, 512), x, dtype=np.float32) for x in batch]
+
+
+# -- signalling: a model tells the test what it does, and waits for its go --------
+
+
+class Beacon:
+    """Two named pipes between a test and the models in its workers, so that the
+    test waits for events instead of sleeping: a model says which batch it starts
+    (``await beacon.started()``) and holds it until the test lets one batch go
+    (``beacon.release()``). Give the model ``beacon.args``; use it as a context
+    manager (it makes its pipes in ``directory`` and closes them)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.said = str(directory / "said")
+        self.go = str(directory / "go")
+        os.mkfifo(self.said)
+        os.mkfifo(self.go)
+        self._said = os.open(self.said, os.O_RDONLY | os.O_NONBLOCK)
+        self._said_kept = os.open(self.said, os.O_WRONLY)  # no EOF between writers
+        self._go = os.open(self.go, os.O_RDWR)  # a worker's open never blocks
+        self._buffer = b""
+
+    @property
+    def args(self) -> tuple[str, str]:
+        """The arguments of :class:`Signalled` (after its own)."""
+        return (self.said, self.go)
+
+    async def started(self, timeout_s: float = 30.0) -> list[int]:
+        """The items of the next batch a model started (bounded by a hang guard)."""
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(timeout_s):
+            while b"\n" not in self._buffer:
+                readable: asyncio.Future[None] = loop.create_future()
+                loop.add_reader(self._said, _wake, readable)
+                try:
+                    await readable
+                finally:
+                    loop.remove_reader(self._said)
+                with contextlib.suppress(BlockingIOError):
+                    self._buffer += os.read(self._said, 1 << 16)
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return [int(item) for item in line.split()]
+
+    def release(self, batches: int = 1) -> None:
+        """Let ``batches`` batches go (now or, for batches not started yet, later)."""
+        os.write(self._go, b"." * batches)
+
+    def __enter__(self) -> Beacon:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for fd in (self._said, self._said_kept, self._go):
+            os.close(fd)
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class Signalled(Model):
+    """Says each batch it starts through a :class:`Beacon` and returns it (like
+    :class:`Slow`: item, pid, batch size) once the test releases it."""
+
+    def __init__(self, said: str, go: str) -> None:
+        self.said = said
+        self.go = go
+
+    def predict(self, batch: list[int]) -> list[tuple[int, int, int]]:
+        with open(self.said, "w") as said:
+            said.write(" ".join(str(x) for x in batch) + "\n")
+        with open(self.go, "rb", buffering=0) as go:
+            go.read(1)
+        return [(x, os.getpid(), len(batch)) for x in batch]
