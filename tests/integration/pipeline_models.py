@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import sys
 import threading
 import time
@@ -201,71 +202,70 @@ class Expand(Model):
 
 
 class Beacon:
-    """Two named pipes between a test and the models in its workers, so that the
-    test waits for events instead of sleeping: a model says which batch it starts
-    (``await beacon.started()``) and holds it until the test lets one batch go
-    (``beacon.release()``). Give the model ``beacon.args``; use it as a context
-    manager (it makes its pipes in ``directory`` and closes them)."""
+    """A Unix socket through which models in workers tell the test which batch they
+    start and wait for its go, so that the test waits for events instead of
+    sleeping: ``await beacon.started()`` is the next batch a model holds;
+    ``beacon.let_go()`` lets every held batch, and every later one, go.
+
+    Give the model ``beacon.args``. ``async with beacon`` serves the socket; leaving
+    it lets everything go, so enter it inside the service's block
+    (``async with Service(...) as service, beacon:``): a failing test then cannot
+    leave the service's close waiting for a held batch."""
 
     def __init__(self, directory: Path) -> None:
-        self.said = str(directory / "said")
-        self.go = str(directory / "go")
-        os.mkfifo(self.said)
-        os.mkfifo(self.go)
-        self._said = os.open(self.said, os.O_RDONLY | os.O_NONBLOCK)
-        self._said_kept = os.open(self.said, os.O_WRONLY)  # no EOF between writers
-        self._go = os.open(self.go, os.O_RDWR)  # a worker's open never blocks
-        self._buffer = b""
+        self.path = str(directory / "beacon")
+        self._started: asyncio.Queue[list[int]] = asyncio.Queue()
+        self._go = asyncio.Event()
+        self._server: asyncio.Server | None = None
 
     @property
-    def args(self) -> tuple[str, str]:
-        """The arguments of :class:`Signalled` (after its own)."""
-        return (self.said, self.go)
+    def args(self) -> tuple[str]:
+        """The arguments of :class:`Signalled`."""
+        return (self.path,)
 
     async def started(self, timeout_s: float = 30.0) -> list[int]:
         """The items of the next batch a model started (bounded by a hang guard)."""
-        loop = asyncio.get_running_loop()
         async with asyncio.timeout(timeout_s):
-            while b"\n" not in self._buffer:
-                readable: asyncio.Future[None] = loop.create_future()
-                loop.add_reader(self._said, _wake, readable)
-                try:
-                    await readable
-                finally:
-                    loop.remove_reader(self._said)
-                with contextlib.suppress(BlockingIOError):
-                    self._buffer += os.read(self._said, 1 << 16)
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return [int(item) for item in line.split()]
+            return await self._started.get()
 
-    def release(self, batches: int = 1) -> None:
-        """Let ``batches`` batches go (now or, for batches not started yet, later)."""
-        os.write(self._go, b"." * batches)
+    def let_go(self) -> None:
+        """Every held batch goes on; later batches do not wait."""
+        self._go.set()
 
-    def __enter__(self) -> Beacon:
+    async def __aenter__(self) -> Beacon:
+        self._server = await asyncio.start_unix_server(self._hold, self.path)
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        for fd in (self._said, self._said_kept, self._go):
-            os.close(fd)
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.let_go()
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
 
-
-def _wake(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+    async def _hold(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await reader.readline()
+            self._started.put_nowait([int(item) for item in line.split()])
+            await self._go.wait()
+            writer.write(b".")
+            await writer.drain()
+        except ConnectionError:  # its worker was killed
+            pass
+        finally:
+            writer.close()
 
 
 class Signalled(Model):
     """Says each batch it starts through a :class:`Beacon` and returns it (like
-    :class:`Slow`: item, pid, batch size) once the test releases it."""
+    :class:`Slow`: item, pid, batch size) once the test lets it go. Without the
+    beacon (the test has left it) it does not wait."""
 
-    def __init__(self, said: str, go: str) -> None:
-        self.said = said
-        self.go = go
+    def __init__(self, beacon: str) -> None:
+        self.beacon = beacon
 
     def predict(self, batch: list[int]) -> list[tuple[int, int, int]]:
-        with open(self.said, "w") as said:
-            said.write(" ".join(str(x) for x in batch) + "\n")
-        with open(self.go, "rb", buffering=0) as go:
-            go.read(1)
+        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as connection:
+            connection.connect(self.beacon)
+            connection.sendall(" ".join(str(x) for x in batch).encode() + b"\n")
+            connection.recv(1)  # the go, or the end when the test is gone
         return [(x, os.getpid(), len(batch)) for x in batch]

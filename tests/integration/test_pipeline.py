@@ -103,38 +103,36 @@ async def test_numpy_arrays_cross_bit_for_bit() -> None:
 async def test_a_killed_worker_answers_its_batch_worker_died_and_comes_back(
     tmp_path: Path,
 ) -> None:
-    with Beacon(tmp_path) as beacon:
-        stage = Stage(Signalled, workers=1, batching=batching(max_latency_ms=0), args=beacon.args)
-        async with Service(stage) as service:
-            pool = service.pools[0]
-            (victim,) = pool.pids
-            calls = [asyncio.create_task(service.submit(i)) for i in range(3)]
-            await beacon.started()  # the worker holds a batch
-            os.kill(victim, signal.SIGKILL)
-            beacon.release(4)  # what runs after it: at most 3 batches, then item 7
-            results = await asyncio.gather(*calls, return_exceptions=True)
-            assert any(isinstance(r, WorkerDied) for r in results)
-            assert all(isinstance(r, WorkerDied) or r[0] == i for i, r in enumerate(results))
-            assert (await service.submit(7))[0] == 7  # a new worker took over
-            assert pool.restarts == 1 and pool.pids != [victim]
-            pids = pool.pids
+    beacon = Beacon(tmp_path)
+    stage = Stage(Signalled, workers=1, batching=batching(max_latency_ms=0), args=beacon.args)
+    async with Service(stage) as service, beacon:
+        pool = service.pools[0]
+        (victim,) = pool.pids
+        calls = [asyncio.create_task(service.submit(i)) for i in range(3)]
+        await beacon.started()  # the worker holds a batch
+        os.kill(victim, signal.SIGKILL)
+        beacon.let_go()
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        assert any(isinstance(r, WorkerDied) for r in results)
+        assert all(isinstance(r, WorkerDied) or r[0] == i for i, r in enumerate(results))
+        assert (await service.submit(7))[0] == 7  # a new worker took over
+        assert pool.restarts == 1 and pool.pids != [victim]
+        pids = pool.pids
     assert gone(victim) and all(gone(pid) for pid in pids)
 
 
 async def test_an_idempotent_stage_runs_a_dead_workers_batch_again(tmp_path: Path) -> None:
-    with Beacon(tmp_path) as beacon:
-        stage = Stage(
-            Signalled, batching=batching(max_latency_ms=0), args=beacon.args, idempotent=True
-        )
-        async with Service(stage) as service:
-            pool = service.pools[0]
-            (victim,) = pool.pids
-            call = asyncio.create_task(service.submit(1))
-            assert await beacon.started() == [1]
-            os.kill(victim, signal.SIGKILL)
-            assert await beacon.started() == [1]  # run again
-            beacon.release()
-            item, pid, _ = await call
+    beacon = Beacon(tmp_path)
+    stage = Stage(Signalled, batching=batching(max_latency_ms=0), args=beacon.args, idempotent=True)
+    async with Service(stage) as service, beacon:
+        pool = service.pools[0]
+        (victim,) = pool.pids
+        call = asyncio.create_task(service.submit(1))
+        assert await beacon.started() == [1]  # the worker holds it
+        os.kill(victim, signal.SIGKILL)
+        assert await beacon.started() == [1]  # run again
+        beacon.let_go()
+        item, pid, _ = await call
     assert (item, pool.restarts) == (1, 1)
     assert pid != victim  # by the worker that replaced it
 
@@ -155,27 +153,28 @@ async def test_a_stage_that_cannot_set_up_fails_fast_and_clearly(model: type) ->
 async def test_deadlines_cover_the_pipeline_and_expired_items_are_dropped(
     tmp_path: Path,
 ) -> None:
-    with Beacon(tmp_path) as beacon:
-        stage = Stage(Signalled, batching=batching(max_latency_ms=0), args=beacon.args)
-        async with Service(stage, Stage(Identity)) as service:
-            blocker = asyncio.create_task(service.submit(0))
-            assert await beacon.started() == [0]  # the worker holds it
-            with pytest.raises(DeadlineExceeded):
-                await service.submit(1, timeout_s=0.05)
-            beacon.release(2)  # the blocker, and 1 if its batch reached the worker
-            assert (await blocker)[0] == 0
+    beacon = Beacon(tmp_path)
+    stage = Stage(Signalled, batching=batching(max_latency_ms=0), args=beacon.args)
+    async with Service(stage, Stage(Identity)) as service, beacon:
+        blocker = asyncio.create_task(service.submit(0))
+        assert await beacon.started() == [0]  # the worker holds it
+        with pytest.raises(DeadlineExceeded):
+            await service.submit(1, timeout_s=0.05)
+        beacon.let_go()
+        assert (await blocker)[0] == 0
 
 
 async def test_too_many_items_in_flight_are_refused_at_once(tmp_path: Path) -> None:
-    with Beacon(tmp_path) as beacon:
-        stage = Stage(Signalled, batching=batching(max_latency_ms=0), args=beacon.args)
-        async with Service(stage, max_in_flight=2) as service:
-            calls = [asyncio.create_task(service.submit(i)) for i in range(2)]
-            await eventually(lambda: service.stats().in_flight == 2)
-            with pytest.raises(Overloaded):
-                await service.submit(3)
-            beacon.release(2)
-            assert [r[0] for r in await asyncio.gather(*calls)] == [0, 1]
+    beacon = Beacon(tmp_path)
+    stage = Stage(Signalled, batching=batching(max_latency_ms=0), args=beacon.args)
+    async with Service(stage, max_in_flight=2) as service, beacon:
+        calls = [asyncio.create_task(service.submit(i)) for i in range(2)]
+        await beacon.started()  # the worker holds them
+        await eventually(lambda: service.stats().in_flight == 2)
+        with pytest.raises(Overloaded):
+            await service.submit(3)
+        beacon.let_go()
+        assert [r[0] for r in await asyncio.gather(*calls)] == [0, 1]
 
 
 async def test_workers_get_their_environment_and_index() -> None:
@@ -206,23 +205,22 @@ async def test_a_batch_queued_behind_a_killed_one_runs_on_the_next_worker(
 ) -> None:
     # Full batches of 2: the second waits in the worker's pipe while the first runs.
     settings = batching(max_batch_size=2, max_latency_ms=1000, policy="fixed")
-    with Beacon(tmp_path) as beacon:
-        async with Service(Stage(Signalled, batching=settings, args=beacon.args)) as service:
-            (victim,) = service.pools[0].pids
-            running = [asyncio.create_task(service.submit(i)) for i in range(2)]
-            assert await beacon.started() == [0, 1]  # the worker holds the first
-            queued = [asyncio.create_task(service.submit(i)) for i in range(2, 4)]
-            # Handed to the pool, which sends it to the worker at once (room for 2).
-            await eventually(
-                lambda: (
-                    service.stats().in_flight == 4
-                    and service.stats().stages[0].batching.queued == 0
-                )
+    beacon = Beacon(tmp_path)
+    async with Service(Stage(Signalled, batching=settings, args=beacon.args)) as service, beacon:
+        (victim,) = service.pools[0].pids
+        running = [asyncio.create_task(service.submit(i)) for i in range(2)]
+        assert await beacon.started() == [0, 1]  # the worker holds the first
+        queued = [asyncio.create_task(service.submit(i)) for i in range(2, 4)]
+        # The second is handed to the pool, which sends it to the worker at once.
+        await eventually(
+            lambda: (
+                service.stats().in_flight == 4 and service.stats().stages[0].batching.queued == 0
             )
-            os.kill(victim, signal.SIGKILL)
-            died = await asyncio.gather(*running, return_exceptions=True)
-            assert await beacon.started() == [2, 3]  # on the worker that replaced it
-            beacon.release()
-            ran = await asyncio.gather(*queued)
+        )
+        os.kill(victim, signal.SIGKILL)
+        died = await asyncio.gather(*running, return_exceptions=True)
+        assert await beacon.started() == [2, 3]  # on the worker that replaced it
+        beacon.let_go()
+        ran = await asyncio.gather(*queued)
     assert all(isinstance(r, WorkerDied) for r in died)
     assert [r[0] for r in ran] == [2, 3] and all(r[1] != victim for r in ran)
