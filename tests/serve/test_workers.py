@@ -67,10 +67,29 @@ def test_a_result_that_cannot_be_pickled_fails_its_own_item() -> None:
 # -- the channel -----------------------------------------------------------------
 
 
-async def _channel_pair() -> tuple[Channel, Channel, list[Message]]:
+class _Inbox(list[Message]):
+    """The messages channels delivered to the test, and a wait for them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._arrived = asyncio.Event()
+
+    def append(self, message: Message) -> None:
+        super().append(message)
+        self._arrived.set()
+
+    async def holding(self, count: int) -> None:
+        """Until ``count`` messages have arrived (bounded by the hang guard)."""
+        async with asyncio.timeout(HANG_GUARD_S):
+            while len(self) < count:
+                self._arrived.clear()
+                await self._arrived.wait()
+
+
+async def _channel_pair() -> tuple[Channel, Channel, _Inbox]:
     loop = asyncio.get_running_loop()
     a_sock, b_sock = socket.socketpair()
-    received: list[Message] = []
+    received = _Inbox()
     a = Channel(received.append, lambda: None)
     b = Channel(received.append, lambda: None)
     await loop.connect_accepted_socket(lambda: a, a_sock)
@@ -79,6 +98,8 @@ async def _channel_pair() -> tuple[Channel, Channel, list[Message]]:
 
 
 async def _until(condition: Any) -> None:
+    """Until ``condition()`` (bounded): for state in this event loop that offers
+    no event of its own (a relay's readiness, the hub's counters)."""
     give_up = time.monotonic() + HANG_GUARD_S
     while not condition():
         assert time.monotonic() < give_up, "hang guard"
@@ -98,7 +119,7 @@ async def test_messages_posted_in_one_turn_arrive_in_order_in_one_frame() -> Non
     b.data_received = counting  # type: ignore[method-assign]
     for i in range(100):
         a.post(("n", i))
-    await _until(lambda: len(received) == 100)
+    await received.holding(100)
     assert received == [("n", i) for i in range(100)]
     assert frames == 1
     a.close()
@@ -125,7 +146,7 @@ async def test_a_large_message_does_not_block_either_side() -> None:
     big = b"x" * (8 * 1024 * 1024)
     a.post(("from a", big))
     b.post(("from b", big))
-    await _until(lambda: len(received) == 2)
+    await received.holding(2)
     assert sorted(m[0] for m in received) == ["from a", "from b"]
     a.close()
     b.close()
