@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import socket
 import sys
 import threading
 import time
 import types
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -192,3 +196,76 @@ class Expand(Model):
         import numpy as np
 
         return [np.full((64, 512), x, dtype=np.float32) for x in batch]
+
+
+# -- signalling: a model tells the test what it does, and waits for its go --------
+
+
+class Beacon:
+    """A Unix socket through which models in workers tell the test which batch they
+    start and wait for its go, so that the test waits for events instead of
+    sleeping: ``await beacon.started()`` is the next batch a model holds;
+    ``beacon.let_go()`` lets every held batch, and every later one, go.
+
+    Give the model ``beacon.args``. ``async with beacon`` serves the socket; leaving
+    it lets everything go, so enter it inside the service's block
+    (``async with Service(...) as service, beacon:``): a failing test then cannot
+    leave the service's close waiting for a held batch."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = str(directory / "beacon")
+        self._started: asyncio.Queue[list[int]] = asyncio.Queue()
+        self._go = asyncio.Event()
+        self._server: asyncio.Server | None = None
+
+    @property
+    def args(self) -> tuple[str]:
+        """The arguments of :class:`Signalled`."""
+        return (self.path,)
+
+    async def started(self, timeout_s: float = 30.0) -> list[int]:
+        """The items of the next batch a model started (bounded by a hang guard)."""
+        async with asyncio.timeout(timeout_s):
+            return await self._started.get()
+
+    def let_go(self) -> None:
+        """Every held batch goes on; later batches do not wait."""
+        self._go.set()
+
+    async def __aenter__(self) -> Beacon:
+        self._server = await asyncio.start_unix_server(self._hold, self.path)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.let_go()
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _hold(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await reader.readline()
+            self._started.put_nowait([int(item) for item in line.split()])
+            await self._go.wait()
+            writer.write(b".")
+            await writer.drain()
+        except ConnectionError:  # its worker was killed
+            pass
+        finally:
+            writer.close()
+
+
+class Signalled(Model):
+    """Says each batch it starts through a :class:`Beacon` and returns it (like
+    :class:`Slow`: item, pid, batch size) once the test lets it go. Without the
+    beacon (the test has left it) it does not wait."""
+
+    def __init__(self, beacon: str) -> None:
+        self.beacon = beacon
+
+    def predict(self, batch: list[int]) -> list[tuple[int, int, int]]:
+        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as connection:
+            connection.connect(self.beacon)
+            connection.sendall(" ".join(str(x) for x in batch).encode() + b"\n")
+            connection.recv(1)  # the go, or the end when the test is gone
+        return [(x, os.getpid(), len(batch)) for x in batch]

@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import signal
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,14 +17,17 @@ from microbatch.errors import RemoteError, StageFailed, WorkerDied
 from microbatch.pipeline import Service, Stage
 from tests.integration.pipeline_models import (
     AddOne,
+    Beacon,
     ExitsInSetup,
     Identity,
     Picky,
     RaisesInSetup,
     ReadsEnv,
+    Signalled,
     Slow,
     Square,
 )
+from tests.integration.test_pipeline_lifecycle import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -96,14 +100,18 @@ async def test_numpy_arrays_cross_bit_for_bit() -> None:
         assert received.dtype == np.float32 and np.array_equal(sent, received)
 
 
-async def test_a_killed_worker_answers_its_batch_worker_died_and_comes_back() -> None:
-    stage = Stage(Slow, workers=1, batching=batching(max_latency_ms=0), args=(0.5,))
-    async with Service(stage) as service:
+async def test_a_killed_worker_answers_its_batch_worker_died_and_comes_back(
+    tmp_path: Path,
+) -> None:
+    beacon = Beacon(tmp_path)
+    stage = Stage(Signalled, workers=1, batching=batching(max_latency_ms=0), args=beacon.args)
+    async with Service(stage) as service, beacon:
         pool = service.pools[0]
         (victim,) = pool.pids
         calls = [asyncio.create_task(service.submit(i)) for i in range(3)]
-        await asyncio.sleep(0.2)
+        await beacon.started()  # the worker holds a batch
         os.kill(victim, signal.SIGKILL)
+        beacon.let_go()
         results = await asyncio.gather(*calls, return_exceptions=True)
         assert any(isinstance(r, WorkerDied) for r in results)
         assert all(isinstance(r, WorkerDied) or r[0] == i for i, r in enumerate(results))
@@ -113,17 +121,20 @@ async def test_a_killed_worker_answers_its_batch_worker_died_and_comes_back() ->
     assert gone(victim) and all(gone(pid) for pid in pids)
 
 
-async def test_an_idempotent_stage_runs_a_dead_workers_batch_again() -> None:
-    stage = Stage(Slow, batching=batching(max_latency_ms=0), args=(0.3,), idempotent=True)
-    async with Service(stage) as service:
+async def test_an_idempotent_stage_runs_a_dead_workers_batch_again(tmp_path: Path) -> None:
+    beacon = Beacon(tmp_path)
+    stage = Stage(Signalled, batching=batching(max_latency_ms=0), args=beacon.args, idempotent=True)
+    async with Service(stage) as service, beacon:
         pool = service.pools[0]
         (victim,) = pool.pids
         call = asyncio.create_task(service.submit(1))
-        await asyncio.sleep(0.1)
+        assert await beacon.started() == [1]  # the worker holds it
         os.kill(victim, signal.SIGKILL)
+        assert await beacon.started() == [1]  # run again
+        beacon.let_go()
         item, pid, _ = await call
     assert (item, pool.restarts) == (1, 1)
-    assert pid != victim  # run again, by the worker that replaced it
+    assert pid != victim  # by the worker that replaced it
 
 
 @pytest.mark.parametrize("model", [ExitsInSetup, RaisesInSetup])
@@ -139,23 +150,30 @@ async def test_a_stage_that_cannot_set_up_fails_fast_and_clearly(model: type) ->
     assert not [p for p in multiprocessing.active_children() if p.name.startswith("microbatch")]
 
 
-async def test_deadlines_cover_the_pipeline_and_expired_items_are_dropped() -> None:
-    stage = Stage(Slow, batching=batching(max_latency_ms=0), args=(0.2,))
-    async with Service(stage, Stage(Identity)) as service:
+async def test_deadlines_cover_the_pipeline_and_expired_items_are_dropped(
+    tmp_path: Path,
+) -> None:
+    beacon = Beacon(tmp_path)
+    stage = Stage(Signalled, batching=batching(max_latency_ms=0), args=beacon.args)
+    async with Service(stage, Stage(Identity)) as service, beacon:
         blocker = asyncio.create_task(service.submit(0))
-        await asyncio.sleep(0.05)
+        assert await beacon.started() == [0]  # the worker holds it
         with pytest.raises(DeadlineExceeded):
             await service.submit(1, timeout_s=0.05)
+        beacon.let_go()
         assert (await blocker)[0] == 0
 
 
-async def test_too_many_items_in_flight_are_refused_at_once() -> None:
-    stage = Stage(Slow, batching=batching(max_latency_ms=0), args=(0.2,))
-    async with Service(stage, max_in_flight=2) as service:
+async def test_too_many_items_in_flight_are_refused_at_once(tmp_path: Path) -> None:
+    beacon = Beacon(tmp_path)
+    stage = Stage(Signalled, batching=batching(max_latency_ms=0), args=beacon.args)
+    async with Service(stage, max_in_flight=2) as service, beacon:
         calls = [asyncio.create_task(service.submit(i)) for i in range(2)]
-        await asyncio.sleep(0)
+        await beacon.started()  # the worker holds them
+        await eventually(lambda: service.stats().in_flight == 2)
         with pytest.raises(Overloaded):
             await service.submit(3)
+        beacon.let_go()
         assert [r[0] for r in await asyncio.gather(*calls)] == [0, 1]
 
 
@@ -182,18 +200,27 @@ async def test_stats_and_readiness_follow_the_workers() -> None:
         await service.submit(1)
 
 
-async def test_a_batch_queued_behind_a_killed_one_runs_on_the_next_worker() -> None:
+async def test_a_batch_queued_behind_a_killed_one_runs_on_the_next_worker(
+    tmp_path: Path,
+) -> None:
     # Full batches of 2: the second waits in the worker's pipe while the first runs.
     settings = batching(max_batch_size=2, max_latency_ms=1000, policy="fixed")
-    stage = Stage(Slow, batching=settings, args=(0.4,))
-    async with Service(stage) as service:
+    beacon = Beacon(tmp_path)
+    async with Service(Stage(Signalled, batching=settings, args=beacon.args)) as service, beacon:
         (victim,) = service.pools[0].pids
         running = [asyncio.create_task(service.submit(i)) for i in range(2)]
-        await asyncio.sleep(0)
+        assert await beacon.started() == [0, 1]  # the worker holds the first
         queued = [asyncio.create_task(service.submit(i)) for i in range(2, 4)]
-        await asyncio.sleep(0.2)
+        # The second is handed to the pool, which sends it to the worker at once.
+        await eventually(
+            lambda: (
+                service.stats().in_flight == 4 and service.stats().stages[0].batching.queued == 0
+            )
+        )
         os.kill(victim, signal.SIGKILL)
         died = await asyncio.gather(*running, return_exceptions=True)
+        assert await beacon.started() == [2, 3]  # on the worker that replaced it
+        beacon.let_go()
         ran = await asyncio.gather(*queued)
     assert all(isinstance(r, WorkerDied) for r in died)
     assert [r[0] for r in ran] == [2, 3] and all(r[1] != victim for r in ran)

@@ -23,6 +23,7 @@ from microbatch.pipeline.pool import BATCHES_PER_WORKER
 from tests.integration.jobs import outcomes
 from tests.integration.pipeline_models import (
     AddOne,
+    Beacon,
     CountsBatches,
     FailsWarmUp,
     Identity,
@@ -31,6 +32,7 @@ from tests.integration.pipeline_models import (
     ReportsCpus,
     ReturnsUnpicklable,
     SetsUpUnlessMarked,
+    Signalled,
     Slow,
     Square,
 )
@@ -176,7 +178,7 @@ async def test_close_lets_the_items_inside_finish() -> None:
     service = Service(stage)
     await service.start()
     calls = [asyncio.create_task(service.submit(i)) for i in range(6)]
-    await asyncio.sleep(0.05)
+    await eventually(lambda: service.stats().in_flight == 6)  # all six are inside
     await service.close()
     assert [r[0] for r in await asyncio.gather(*calls)] == list(range(6))
     with pytest.raises(BatcherClosed):
@@ -184,13 +186,20 @@ async def test_close_lets_the_items_inside_finish() -> None:
     assert not children()
 
 
-async def test_close_after_the_grace_period_answers_what_is_still_queued() -> None:
-    stage = Stage(Slow, batching=batching(max_latency_ms=0, max_batch_size=1), args=(0.3,))
-    service = Service(stage, grace_s=0.05)
+async def test_close_after_the_grace_period_answers_what_is_still_queued(tmp_path: Path) -> None:
+    beacon = Beacon(tmp_path)
+    settings = batching(max_latency_ms=0, max_batch_size=1)
+    service = Service(Stage(Signalled, batching=settings, args=beacon.args), grace_s=0.05)
     await service.start()
-    calls = [asyncio.create_task(service.submit(i)) for i in range(5)]
-    await asyncio.sleep(0.05)
-    await service.close()
+    async with beacon:
+        calls = [asyncio.create_task(service.submit(i)) for i in range(5)]
+        assert await beacon.started() == [0]  # the worker holds 0, and 1 in its pipe
+        await eventually(lambda: service.stats().stages[0].batching.queued == 3)
+        closing = asyncio.create_task(service.close())
+        async with asyncio.timeout(30):  # the grace period passes: the queue is answered
+            await asyncio.wait(calls[BATCHES_PER_WORKER:])
+        beacon.let_go()
+    await closing
     results = await asyncio.gather(*calls, return_exceptions=True)
     # The worker finishes what it holds: the running batch and the next, in its pipe.
     assert [r[0] for r in results[:BATCHES_PER_WORKER]] == list(range(BATCHES_PER_WORKER))
@@ -271,17 +280,28 @@ async def test_a_model_the_worker_cannot_import_is_a_setup_failure_with_the_reas
     assert not children()
 
 
-async def test_items_whose_callers_left_are_not_computed_by_the_next_stage() -> None:
+async def test_items_whose_callers_left_are_not_computed_by_the_next_stage(
+    tmp_path: Path,
+) -> None:
     from tests.integration.pipeline_models import Recorder
 
     Recorder.seen = []
-    first = Stage(Slow, batching=batching(max_latency_ms=0), args=(0.2,))
-    async with Service(first, Stage(Recorder, mode="thread")) as service:
+    beacon = Beacon(tmp_path)
+    first = Stage(Signalled, batching=batching(max_latency_ms=0), args=beacon.args)
+    async with Service(first, Stage(Recorder, mode="thread")) as service, beacon:
         calls = [asyncio.create_task(service.submit(i, timeout_s=5)) for i in range(6)]
-        await asyncio.sleep(0.05)  # all six are in the first stage now
+        await beacon.started()  # the worker holds the first batch
+
+        def all_in_the_first_stage() -> bool:
+            stage = service.stats().stages[0].batching
+            return stage.queued + stage.in_flight == 6
+
+        await eventually(all_in_the_first_stage)
         for i in (1, 3, 5):
             calls[i].cancel()
         late = asyncio.create_task(service.submit(6, timeout_s=0.1))
+        await asyncio.wait([late])  # it expires: the worker is busy
+        beacon.let_go()
         outcomes = await asyncio.gather(*calls, late, return_exceptions=True)
     assert [o[0] for i, o in enumerate(outcomes[:6]) if i % 2 == 0] == [0, 2, 4]
     assert all(isinstance(outcomes[i], asyncio.CancelledError) for i in (1, 3, 5))

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import msgspec
 import uvloop
 
+from tests.conftest import long_figures
 from tests.serve.test_server import Server, running
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "eventually",
     "fd_count",
     "get",
+    "lasting",
     "listening_tcp",
     "metric",
     "open_loop",
@@ -65,6 +67,12 @@ FIGURES: list[str] = []
 """Every figure reported in this session, printed again in pytest's summary."""
 
 T = TypeVar("T")
+
+
+def lasting(short_s: float, long_s: float) -> float:
+    """A test's duration: ``long_s`` under ``pytest --long`` (the published
+    figure), else ``short_s`` (the default run: the same faults, fewer seconds)."""
+    return long_s if long_figures() else short_s
 
 
 def run(main: Awaitable[T]) -> T:

@@ -11,6 +11,7 @@ import asyncio
 import os
 import pickle
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -66,10 +67,29 @@ def test_a_result_that_cannot_be_pickled_fails_its_own_item() -> None:
 # -- the channel -----------------------------------------------------------------
 
 
-async def _channel_pair() -> tuple[Channel, Channel, list[Message]]:
+class _Inbox(list[Message]):
+    """The messages channels delivered to the test, and a wait for them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._arrived = asyncio.Event()
+
+    def append(self, message: Message) -> None:
+        super().append(message)
+        self._arrived.set()
+
+    async def holding(self, count: int) -> None:
+        """Until ``count`` messages have arrived (bounded by the hang guard)."""
+        async with asyncio.timeout(HANG_GUARD_S):
+            while len(self) < count:
+                self._arrived.clear()
+                await self._arrived.wait()
+
+
+async def _channel_pair() -> tuple[Channel, Channel, _Inbox]:
     loop = asyncio.get_running_loop()
     a_sock, b_sock = socket.socketpair()
-    received: list[Message] = []
+    received = _Inbox()
     a = Channel(received.append, lambda: None)
     b = Channel(received.append, lambda: None)
     await loop.connect_accepted_socket(lambda: a, a_sock)
@@ -78,6 +98,8 @@ async def _channel_pair() -> tuple[Channel, Channel, list[Message]]:
 
 
 async def _until(condition: Any) -> None:
+    """Until ``condition()`` (bounded): for state in this event loop that offers
+    no event of its own (a relay's readiness, the hub's counters)."""
     give_up = time.monotonic() + HANG_GUARD_S
     while not condition():
         assert time.monotonic() < give_up, "hang guard"
@@ -97,7 +119,7 @@ async def test_messages_posted_in_one_turn_arrive_in_order_in_one_frame() -> Non
     b.data_received = counting  # type: ignore[method-assign]
     for i in range(100):
         a.post(("n", i))
-    await _until(lambda: len(received) == 100)
+    await received.holding(100)
     assert received == [("n", i) for i in range(100)]
     assert frames == 1
     a.close()
@@ -124,7 +146,7 @@ async def test_a_large_message_does_not_block_either_side() -> None:
     big = b"x" * (8 * 1024 * 1024)
     a.post(("from a", big))
     b.post(("from b", big))
-    await _until(lambda: len(received) == 2)
+    await received.holding(2)
     assert sorted(m[0] for m in received) == ["from a", "from b"]
     a.close()
     b.close()
@@ -133,17 +155,46 @@ async def test_a_large_message_does_not_block_either_side() -> None:
 # -- hub and relay target ----------------------------------------------------------
 
 
+class _Gate:
+    """Holds the slow batches of the functions below until the test lets them go,
+    and tells the test when one has started: events, not sleeps."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def hold(self) -> None:
+        self.started.set()
+        await self.go.wait()
+
+    async def running(self) -> None:
+        """Until a batch holds (bounded by the hang guard)."""
+        async with asyncio.timeout(HANG_GUARD_S):
+            await self.started.wait()
+
+
+_gate = _Gate()
+
+
+@pytest.fixture
+def gate() -> _Gate:
+    """A fresh gate for this test's event loop; the functions below wait at it."""
+    global _gate
+    _gate = _Gate()
+    return _gate
+
+
 @batch(max_batch_size=8, max_latency_ms=5)
 async def _double(xs: list[float]) -> list[float]:
     if any(x < 0 for x in xs):
-        await asyncio.sleep(0.3)  # a slow batch: the next one waits behind it
+        await _gate.hold()  # a slow batch: the next one waits behind it
     return [2 * x for x in xs]
 
 
 @batch(max_batch_size=8, max_latency_ms=5, max_concurrent_batches=1)
 async def _one_at_a_time(xs: list[float]) -> list[float]:
     computed.extend(xs)
-    await asyncio.sleep(0.2)
+    await _gate.hold()
     return [2 * x for x in xs]
 
 
@@ -185,23 +236,28 @@ async def test_items_from_every_front_share_batches_and_get_their_own_results() 
     assert stats.mean_batch_size > 1
 
 
-async def test_a_deadline_is_kept_by_the_hub() -> None:
+async def test_a_deadline_is_kept_by_the_hub(gate: _Gate) -> None:
     async with _relayed(_double) as (_, relays):
         slow = asyncio.ensure_future(relays[0].submit(-1.0, deadline=None))
-        await asyncio.sleep(0.05)
+        await gate.running()
         with pytest.raises(DeadlineExceeded):
             await relays[1].submit(1.0, deadline=time.monotonic() + 0.05)
+        gate.go.set()
         assert await slow == -2.0
 
 
-async def test_a_cancelled_item_is_never_computed() -> None:
+async def test_a_cancelled_item_is_never_computed(gate: _Gate) -> None:
     computed.clear()
-    async with _relayed(_one_at_a_time) as (_, relays):
+    async with _relayed(_one_at_a_time) as (hub, relays):
         busy = asyncio.ensure_future(relays[0].submit(1.0, deadline=None))
-        await asyncio.sleep(0.05)
+        await gate.running()
         gone = asyncio.ensure_future(relays[1].submit(2.0, deadline=None))
-        await asyncio.sleep(0.05)
+        # The relay and the hub offer no event for these: bounded waits on the
+        # hub's counters (the hub runs in this event loop).
+        await _until(lambda: hub.target.stats().stages[0].batching.queued == 1)
         gone.cancel()
+        await _until(lambda: hub.target.stats().stages[0].batching.cancelled == 1)
+        gate.go.set()
         assert await busy == 2.0
         assert await relays[1].submit(3.0, deadline=None) == 6.0
     assert computed == [1.0, 3.0]
@@ -221,7 +277,9 @@ async def test_readiness_stats_and_the_other_fronts_counts_reach_every_front() -
         await _until(lambda: not relays[0].ready)
 
 
-async def test_when_the_hub_goes_waiting_items_fail_with_503_and_the_front_is_told() -> None:
+async def test_when_the_hub_goes_waiting_items_fail_with_503_and_the_front_is_told(
+    gate: _Gate,
+) -> None:
     target = as_servable(_one_at_a_time)
     await target.start()
     hub = Hub(target)
@@ -232,7 +290,7 @@ async def test_when_the_hub_goes_waiting_items_fail_with_503_and_the_front_is_to
     await relay.start()
     await hello
     waiting = asyncio.ensure_future(relay.submit(1.0, deadline=None))
-    await asyncio.sleep(0.05)
+    await gate.running()  # the item reached the hub, whose model holds it
     hub.close()  # as if the hub process died
     with pytest.raises(StageFailed):
         await waiting
@@ -240,6 +298,7 @@ async def test_when_the_hub_goes_waiting_items_fail_with_503_and_the_front_is_to
     assert not relay.ready
     with pytest.raises(StageFailed):
         await relay.submit(2.0, deadline=None)
+    gate.go.set()
     await target.close()
 
 
@@ -284,12 +343,29 @@ def _front_pids(log: Any) -> list[int]:
     return [int(pid) for pid in re.findall(r"HTTP process \d+ started \(pid (\d+)\)", log.read())]
 
 
-def _gone(pid: int) -> bool:
+def _exited(pid: int, timeout_s: float = HANG_GUARD_S) -> bool:
+    """Wait (bounded) for process ``pid``, ours or not, to exit: a pidfd becomes
+    readable when it does. False if it still runs after ``timeout_s``."""
     try:
-        os.kill(pid, 0)
+        pidfd = os.pidfd_open(pid)
     except ProcessLookupError:
         return True
-    return False
+    try:
+        readable, _, _ = select.select([pidfd], [], [], timeout_s)
+        return bool(readable)
+    finally:
+        os.close(pidfd)
+
+
+def _started_again(log: Any, fronts: int) -> list[int]:
+    """The HTTP processes started so far, once there are ``fronts`` of them. The
+    server's log is a file (so that its order against the URL printed on stdout is
+    exact) and offers no event: this is a bounded wait on it."""
+    give_up = time.monotonic() + HANG_GUARD_S
+    while len(pids := _front_pids(log)) < fronts:
+        assert time.monotonic() < give_up, f"never {fronts} HTTP processes started"
+        time.sleep(0.05)
+    return pids
 
 
 def _stop(process: subprocess.Popen[str], log: Any) -> None:
@@ -307,10 +383,8 @@ def test_a_killed_http_process_is_started_again_and_the_others_keep_serving() ->
         first = _front_pids(log)
         assert len(first) == 2
         os.kill(first[0], signal.SIGKILL)
-        give_up = time.monotonic() + HANG_GUARD_S
-        while len(_front_pids(log)) < 3:
-            assert time.monotonic() < give_up, "the killed HTTP process was not started again"
-            time.sleep(0.05)
+        assert _exited(first[0])
+        _started_again(log, 3)
         xs = [x + 0.5 for x in range(100)]
         replies = asyncio.run(_post_all(url, xs))
         assert [r.json()["y"] for r in replies] == [2 * x for x in xs]
@@ -326,10 +400,7 @@ def test_a_killed_hub_takes_its_http_processes_with_it() -> None:
         fronts = _front_pids(log)
         process.kill()
         process.wait(HANG_GUARD_S)
-        give_up = time.monotonic() + HANG_GUARD_S
-        while not all(_gone(pid) for pid in fronts):
-            assert time.monotonic() < give_up, "an HTTP process outlived its hub"
-            time.sleep(0.05)
+        assert all(_exited(pid) for pid in fronts), "an HTTP process outlived its hub"
     finally:
         _stop(process, log)
 
