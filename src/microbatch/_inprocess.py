@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import itertools
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -41,8 +41,11 @@ def function_runner(
 ) -> FunctionRunner:
     """The runner for ``fn``: awaited in the loop, or run in ``threads`` threads."""
     if is_async_callable(fn):
-        return _AsyncRunner(fn, isolate_errors, rows, size_of, now)
-    return _ThreadRunner(fn, isolate_errors, rows, size_of, now, threads)
+        merged_fn = fn if rows is None else merged_async(fn, rows)
+        return _AsyncRunner(merged_fn, isolate_errors, size_of, now)
+    return _ThreadRunner(
+        fn if rows is None else merged(fn, rows), isolate_errors, size_of, now, threads=threads
+    )
 
 
 class FunctionRunner:
@@ -55,10 +58,12 @@ class FunctionRunner:
 
     def __init__(
         self,
+        fn: Callable[[list[Any]], Any],
         isolate_errors: bool,
         size_of: Callable[[Any], int],
         now: Callable[[], float],
     ) -> None:
+        self._fn = fn  # rows already merged: it takes and returns whole lists
         self._isolate = isolate_errors
         self._size_of = size_of
         self._now = now
@@ -118,19 +123,6 @@ class FunctionRunner:
 class _AsyncRunner(FunctionRunner):
     """An ``async def`` batch function, awaited in the event loop."""
 
-    def __init__(
-        self,
-        fn: Callable[[Any], Awaitable[Any]],
-        isolate_errors: bool,
-        rows: RowFormat | None,
-        size_of: Callable[[Any], int],
-        now: Callable[[], float],
-    ) -> None:
-        super().__init__(isolate_errors, size_of, now)
-        self._fn: Callable[[list[Any]], Awaitable[Sequence[Any]]] = (
-            fn if rows is None else merged_async(fn, rows)
-        )
-
     async def run(self, job: BatchJob) -> BatchDone:
         """Run the wanted items of the batch; report when it started and ended."""
         keep, items, wanted = self._select(job)
@@ -149,17 +141,8 @@ class _ThreadRunner(FunctionRunner):
 
     queues_batches = True
 
-    def __init__(
-        self,
-        fn: Callable[[Any], Any],
-        isolate_errors: bool,
-        rows: RowFormat | None,
-        size_of: Callable[[Any], int],
-        now: Callable[[], float],
-        threads: int,
-    ) -> None:
-        super().__init__(isolate_errors, size_of, now)
-        self._fn: Callable[[list[Any]], Sequence[Any]] = fn if rows is None else merged(fn, rows)
+    def __init__(self, *args: Any, threads: int) -> None:
+        super().__init__(*args)
         self._threads = threads
         self._executor: ThreadPoolExecutor | None = None
 

@@ -207,15 +207,11 @@ class AsyncBatchedFunction(_Served, Generic[T, R]):
     async def submit(
         self, item: T, *, deadline: float | None = None, route: str | None = None
     ) -> R:
-        """The Servable entry: one item, its result (``deadline`` is final).
-
-        Raises:
-            KeyError: ``route`` is given (a function has no routes).
-        """
+        """The Servable entry: one item, its result; ``deadline`` is final, and a
+        function has no routes (KeyError)."""
         _no_route(route)
-        return await self._batchers.current().submit(
-            item, timeout_s=_final(deadline), deadline=deadline
-        )
+        batcher = self._batchers.current()
+        return await batcher.submit(item, timeout_s=_final(deadline), deadline=deadline)
 
     @property
     def batcher(self) -> Batcher[T, R]:
@@ -274,11 +270,7 @@ class SyncBatchedFunction(_Served, Generic[T, R]):
     async def submit(
         self, item: T, *, deadline: float | None = None, route: str | None = None
     ) -> R:
-        """The Servable entry: :meth:`acall` (``deadline`` is final).
-
-        Raises:
-            KeyError: ``route`` is given (a function has no routes).
-        """
+        """The Servable entry: :meth:`acall` with a final ``deadline``; no routes."""
         _no_route(route)
         return await self._batcher.asubmit(item, timeout_s=_final(deadline), deadline=deadline)
 
