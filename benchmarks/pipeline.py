@@ -71,6 +71,7 @@ from microbatch.pipeline import pool as pool_module
 from microbatch.pipeline import processes as processes_module
 from microbatch.pipeline.arena import Arena
 from microbatch.pipeline.transport import read_message, receive, send
+from microbatch.types import BatchJob
 
 try:
     from mpservice import mpserver
@@ -320,7 +321,7 @@ async def overhead_async(batch: list[Any], calls: int, blocks: int) -> dict[str,
     await pool.warm_up([])  # no examples: the workers take batches from now on
     await service.start()
     try:
-        _check_same(await pool.run(batch), batch)
+        _check_same(await run_items(pool, batch), batch)
 
         async def submit_all() -> list[Any]:
             return await asyncio.gather(*(service.submit(item) for item in batch))
@@ -329,7 +330,7 @@ async def overhead_async(batch: list[Any], calls: int, blocks: int) -> dict[str,
         before = service.stats().stages[0].batching
         times = await atime_blocks(
             {
-                "ProcessPool.run": lambda: pool.run(batch),
+                "ProcessPool.run": lambda: run_items(pool, batch),
                 "Service, len(batch) submits": submit_all,
             },
             calls,
@@ -474,11 +475,17 @@ def aio(trip: Callable[..., np.ndarray], *args: Any) -> Callable[[], Awaitable[n
     return call
 
 
+async def run_items(pool: ProcessPool, items: list[Any]) -> list[Any]:
+    """One batch of ``items`` through ``pool.run``, every item wanted; its outcomes."""
+    job = BatchJob(items, [None] * len(items), lambda _: True, len(items))
+    return (await pool.run(job)).outcomes
+
+
 def first(pool: ProcessPool, array: np.ndarray) -> Callable[[], Awaitable[np.ndarray]]:
     """``pool.run([array])``, answering the one result."""
 
     async def call() -> np.ndarray:
-        (result,) = await pool.run([array])
+        (result,) = await run_items(pool, [array])
         if not isinstance(result, np.ndarray):
             raise AssertionError(f"the pool answered {result!r}")
         return result

@@ -14,20 +14,26 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..errors import RemoteError
 from ..merge import RowFormat
 from ..types import BatchDone, BatchJob
 from .arena import Segment
 from .jobs import Ran, computed_units, left_out
+from .pipes import PipeWriter
 from .transport import encode, unpicklable
 from .worker import Drop, RunBatch
 
-if TYPE_CHECKING:
-    from .processes import WorkerHandle
+__all__ = ["Batch", "Holder", "decoded", "finished", "prepare", "unwanted"]
 
-__all__ = ["Batch", "decoded", "finished", "prepare", "unwanted"]
+
+class Holder(Protocol):
+    """What a batch needs of the worker holding it (a ``processes.WorkerHandle``)."""
+
+    alive: bool
+    batches: dict[int, Batch]  # by slot, oldest (the one running) first
+    writer: PipeWriter
 
 
 @dataclass(eq=False)
@@ -40,7 +46,7 @@ class Batch:
     retry: bool  # may run once more elsewhere if its worker dies while running it
     sent: list[int] = field(default_factory=list)  # indexes of the items sent, in order
     early: dict[int, Any] = field(default_factory=dict)  # outcomes made here, by index
-    worker: WorkerHandle | None = None  # where it is held, once sent
+    worker: Holder | None = None  # where it is held, once sent
     slot: int = -1
     end: int = 0  # where its message ends in the worker's pipe (see PipeWriter.write)
     dropping: list[int] = field(default_factory=list)  # positions to drop, not yet told
