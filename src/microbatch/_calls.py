@@ -38,7 +38,9 @@ class ThreadCall(Call):
     __slots__ = ("armed", "signal")
 
     def __init__(self, deadline: float | None) -> None:
-        super().__init__(deadline)
+        self.deadline = deadline  # Call's fields, set here: this is on every call's path
+        self.entries = []
+        self.pending = 0
         self.signal = threading.Lock()
         self.signal.acquire()
         self.armed = False

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -81,7 +82,7 @@ class CooperativeBatcher(Generic[T, R]):
         self.config = config if config is not None else BatchConfig(**settings)
         self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._real_time = isinstance(self._clock, MonotonicClock)
-        self._now = self._clock.now
+        self._now = time.monotonic if self._real_time else self._clock.now
         self._intake: Intake[_Entry] = Intake(self.config, self._now)
         rows = self._intake.rows
         self._fn = fn if rows is None else merged(fn, rows)
@@ -135,10 +136,13 @@ class CooperativeBatcher(Generic[T, R]):
         """
         if self._runners and threading.get_ident() in self._runners:
             raise RuntimeError("a batch function called its own batcher: that would deadlock")
-        due = self._intake.deadline(timeout_s, deadline)  # the one place it is worked out
-        parts = self._intake.parts(item)
-        lock = self._lock
-        with lock:
+        intake = self._intake
+        if intake.plain and timeout_s is None and deadline is None:
+            due, parts = None, [(item, 1)]  # nothing to work out
+        else:
+            due = intake.deadline(timeout_s, deadline)  # the one place it is worked out
+            parts = intake.parts(item)
+        with self._lock:
             call = _ThreadCall(due)
             self._enqueue(call, parts)
             try:
@@ -146,7 +150,13 @@ class CooperativeBatcher(Generic[T, R]):
             except BaseException:
                 self._abandon(call)
                 raise
-        return self._intake.result([entry.outcome for entry in call.entries])  # type: ignore[no-any-return]
+        entries = call.entries
+        if len(entries) == 1:
+            outcome = entries[0].outcome
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome  # type: ignore[no-any-return]
+        return intake.result([entry.outcome for entry in entries])  # type: ignore[no-any-return]
 
     async def asubmit(
         self, item: T, *, timeout_s: float | None = None, deadline: float | None = None
@@ -401,7 +411,7 @@ class CooperativeBatcher(Generic[T, R]):
         """Take the next batch into a slot and hand the lead to the next caller."""
         batch, units = self._queue.take(now)
         self._free_slots -= 1
-        if self._duty == threading.get_ident():
+        if self._duty is not None and self._duty == threading.get_ident():
             self._duty = None  # a pool thread about to run a batch is off duty
         self._pass_lead()
         return batch, units
@@ -431,7 +441,8 @@ class CooperativeBatcher(Generic[T, R]):
             self._wake_leader()
             if me not in self._drivers:  # a pool thread leads on by itself
                 self._ensure_lead()
-            self._settled_some()
+            if outcomes is None:
+                self._settled_some()
         self._policy.batch_finished(units, end - start)
         for entry, outcome in zip(batch, outcomes, strict=True):
             if isinstance(outcome, BaseException):
