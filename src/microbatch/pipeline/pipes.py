@@ -27,7 +27,7 @@ __all__ = ["MessageReader", "PipeWriter"]
 
 _SIZE = struct.Struct("!i")  # a frame's length; -1: the length follows as _LARGE_SIZE
 _LARGE_SIZE = struct.Struct("!Q")
-_CHUNK = 256 * 1024  # bytes read at once
+_CHUNK = 64 * 1024  # bytes read at once (a larger read buffer is mmap-ed and unmapped per read)
 
 
 class _End:
