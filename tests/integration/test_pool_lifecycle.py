@@ -10,7 +10,6 @@ import signal
 import sys
 import threading
 import types
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -29,13 +28,6 @@ pytestmark = pytest.mark.timeout(120)
 
 ONE_BY_ONE = BatchConfig(max_batch_size=1, max_latency_ms=0)
 MIB = 1 << 20
-
-
-@pytest.fixture
-def gate(tmp_path: Path) -> Iterator[Gate]:
-    gate = Gate(tmp_path)
-    yield gate
-    gate.close()
 
 
 async def test_close_answers_every_caller_when_it_kills_a_worker(

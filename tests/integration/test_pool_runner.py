@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -25,13 +24,6 @@ pytestmark = pytest.mark.timeout(120)
 
 Mode = Literal["process", "thread"]
 MODES = ["process", "thread"]
-
-
-@pytest.fixture
-def gate(tmp_path: Path) -> Iterator[Gate]:
-    gate = Gate(tmp_path)
-    yield gate
-    gate.close()
 
 
 @asynccontextmanager

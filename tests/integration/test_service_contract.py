@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import httpx
 import pytest
@@ -97,13 +96,6 @@ async def test_an_item_error_from_a_batched_function_is_the_http_answer() -> Non
             client.post("/predict", json=3), client.post("/predict", json=4)
         )
     assert (odd.status_code, odd.json()["message"], even.json()) == (409, "no odd numbers", 4)
-
-
-@pytest.fixture
-def gate(tmp_path: Path) -> Iterator[Gate]:
-    gate = Gate(tmp_path)
-    yield gate
-    gate.close()
 
 
 @asynccontextmanager
