@@ -289,26 +289,25 @@ async def _ready_status_on_a_new_connection(url: str) -> int | None:
         return None
 
 
-def test_a_bad_target_exits_2_with_a_message() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "microbatch", "serve", "tests.http.models:nothing_here"],
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m microbatch ARGS`` to its end (bounded), its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "microbatch", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=HANG_GUARD_S,
     )
+
+
+def test_a_bad_target_exits_2_with_a_message() -> None:
+    done = run_cli("serve", "tests.http.models:nothing_here")
     assert done.returncode == 2
     assert "nothing_here" in done.stderr
 
 
 def test_a_service_that_cannot_start_exits_non_zero_without_serving() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "microbatch", "serve", "tests.http.models:broken_service"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=HANG_GUARD_S,
-    )
+    done = run_cli("serve", "tests.http.models:broken_service")
     assert done.returncode != 0
     assert "microbatch serving on" not in done.stdout
     assert "no weights at /nowhere" in done.stderr

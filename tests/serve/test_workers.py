@@ -33,7 +33,7 @@ from microbatch.serve.front import RelayTarget
 from microbatch.serve.hub import Hub
 from microbatch.serve.relay import Channel, Message, pack_outcome, unpack_outcome
 
-from .test_server import HANG_GUARD_S, ROOT, _post_all, _until_metrics
+from .test_server import HANG_GUARD_S, ROOT, _post_all, _until_metrics, run_cli
 
 # -- outcomes --------------------------------------------------------------------
 
@@ -439,13 +439,7 @@ def test_stage_routes_are_relayed_with_their_route() -> None:
 
 
 def test_workers_must_be_at_least_one() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "microbatch", "serve", "tests.http.models:x", "--workers", "0"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=HANG_GUARD_S,
-    )
+    done = run_cli("serve", "tests.http.models:x", "--workers", "0")
     assert done.returncode == 2
     assert "expected an integer >= 1" in done.stderr
 
