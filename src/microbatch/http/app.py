@@ -23,6 +23,7 @@ import msgspec
 
 from .. import __version__
 from ..errors import RemoteError
+from ..inference import InferenceModel
 from ..loading import as_servable
 from ..types import Servable, deadline_from
 from .asgi import (
@@ -36,6 +37,7 @@ from .asgi import (
     send_response,
 )
 from .codecs import CODECS, JSON, Codec, Decoder, codec_for_accept, codec_for_content_type
+from .inference_v2 import v2_routes
 from .metrics import HttpMetrics
 from .schema import docs_page, openapi_document
 from .status import (
@@ -139,6 +141,7 @@ class HttpApp:
         for route, (input_type, _) in target.routes.items():
             handler = partial(self._predict, route=route, decoders=_decoders(input_type))
             self._routes[f"/predict/{route}"] = ("POST", handler, True)
+        self._routes.update(v2_routes(self, {target.name: InferenceModel(target)}))
 
     @property
     def draining(self) -> bool:

@@ -1,0 +1,149 @@
+"""A Servable as the Open Inference Protocol v2 sees it, whatever the transport.
+
+REST (:mod:`microbatch.http.inference_v2`) and gRPC (:mod:`microbatch.grpc`) both
+read tensors off the wire and hand them to :meth:`InferenceModel.infer`: each row
+becomes one item, submitted on its own (so rows from many clients share batches),
+and the results become the output tensors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import MicrobatchError
+from .signature import Signature, signature_of
+from .tensors import Tensor, TensorError
+from .types import Servable
+
+__all__ = [
+    "InferenceModel",
+    "ModelMetadata",
+    "OutputMismatch",
+    "TensorMetadata",
+    "submit_all",
+]
+
+
+class OutputMismatch(MicrobatchError):
+    """The model's results do not fit its declared outputs (a server error)."""
+
+    http_status = 500
+
+
+@dataclass(frozen=True, slots=True)
+class TensorMetadata:
+    """One input or output as model metadata lists it."""
+
+    name: str
+    datatype: str
+    shape: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMetadata:
+    """A model's v2 metadata."""
+
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[TensorMetadata]
+    outputs: list[TensorMetadata]
+
+
+async def submit_all(
+    servable: Servable[Any, Any],
+    items: Sequence[Any],
+    deadline: float | None,
+    route: str | None = None,
+) -> list[Any]:
+    """Submit every item at once and wait for all their results, in order.
+
+    The first error is raised and the other items are cancelled (they are dropped
+    before any model time is spent on them when they are still queued).
+    """
+    if len(items) == 1:
+        return [await servable.submit(items[0], deadline=deadline, route=route)]
+    tasks = [
+        asyncio.ensure_future(servable.submit(item, deadline=deadline, route=route))
+        for item in items
+    ]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+                task.add_done_callback(_retrieve)
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark a cancelled sibling's outcome as seen (no 'never retrieved' warning)."""
+    if not task.cancelled():
+        task.exception()
+
+
+class InferenceModel:
+    """One servable's v2 view: its metadata and ``infer``.
+
+    Args:
+        servable: The served model; its declared item and result types give the
+            input and output tensors (see :mod:`microbatch.signature`).
+    """
+
+    def __init__(self, servable: Servable[Any, Any]) -> None:
+        self.servable = servable
+        self.name = servable.name
+        self.inputs: Signature = signature_of(servable.input_type, "input")
+        self.outputs: Signature = signature_of(servable.output_type, "output")
+
+    @property
+    def ready(self) -> bool:
+        """The servable takes items now."""
+        return self.servable.ready
+
+    def metadata(self) -> ModelMetadata:
+        """Names, datatypes and shapes (``-1``: any length) of the inputs and outputs."""
+
+        def listed(signature: Signature) -> list[TensorMetadata]:
+            return [TensorMetadata(s.name, s.datatype, s.shape) for s in signature.specs]
+
+        return ModelMetadata(
+            self.name, ["1"], "microbatch", listed(self.inputs), listed(self.outputs)
+        )
+
+    async def infer(
+        self,
+        inputs: Sequence[Tensor],
+        *,
+        deadline: float | None,
+        outputs: Sequence[str] = (),
+    ) -> list[Tensor]:
+        """Each row of ``inputs`` as one item; the results as output tensors.
+
+        Args:
+            inputs: The input tensors (their first dimension is the rows).
+            deadline: The request's deadline (``time.monotonic()``), or None.
+            outputs: The outputs wanted, by name (empty: all).
+
+        Raises:
+            TensorError: The inputs do not match the model (400), or an unknown
+                output is asked for.
+            OutputMismatch: The results do not fit the declared outputs (500).
+            MicrobatchError: What ``submit`` raises (overload, deadline, ...).
+        """
+        items = self.inputs.items(inputs)
+        results = await submit_all(self.servable, items, deadline)
+        try:
+            tensors = self.outputs.tensors(results)
+        except ValueError as error:
+            raise OutputMismatch(str(error)) from None
+        if not outputs:
+            return tensors
+        by_name = {tensor.name: tensor for tensor in tensors}
+        unknown = [name for name in outputs if name not in by_name]
+        if unknown:
+            raise TensorError(f"unknown output {unknown[0]!r}; the model gives {sorted(by_name)}")
+        return [by_name[name] for name in outputs]

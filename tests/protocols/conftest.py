@@ -1,0 +1,62 @@
+"""A ``microbatch serve`` child process for the protocol tests: HTTP and, when asked,
+gRPC, both on free ports of 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.serve.test_server import HANG_GUARD_S, Server
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Running:
+    """The server's HTTP address (``host:port``), its gRPC one, and its process."""
+
+    http: str
+    grpc: str | None
+    process: subprocess.Popen[str]
+
+    @property
+    def url(self) -> str:
+        """The HTTP base URL."""
+        return f"http://{self.http}"
+
+
+@contextmanager
+def serving(*targets: str, grpc: bool = False, options: tuple[str, ...] = ()) -> Iterator[Running]:
+    """Start ``microbatch serve TARGET... --port 0 [--grpc-port 0]``; yield once ready."""
+    extra = ["--grpc-port", "0"] if grpc else []
+    process = subprocess.Popen(
+        [sys.executable, "-m", "microbatch", "serve", *targets, "--port", "0", *extra, *options],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"},
+    )
+    try:
+        assert process.stdout is not None
+        grpc_address = None
+        while True:
+            line = process.stdout.readline()
+            assert line, "the server exited before it announced its address"
+            if line.startswith("microbatch grpc serving on "):
+                grpc_address = line.removeprefix("microbatch grpc serving on ").strip()
+            elif line.startswith("microbatch serving on "):
+                url = line.removeprefix("microbatch serving on ").strip()
+                break
+        Server(process, url).wait_ready()
+        yield Running(url.removeprefix("http://"), grpc_address, process)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(HANG_GUARD_S)
+        if process.stdout is not None:
+            process.stdout.close()

@@ -1,0 +1,86 @@
+"""Models the protocol tests serve (importable by ``microbatch serve``)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+import microbatch
+
+
+class Point(msgspec.Struct):
+    """One row: ``x`` (a v2 input ``x`` of FP32, shape ``[-1, 1]``)."""
+
+    x: float
+
+
+class Doubled(msgspec.Struct):
+    """One result: ``y == 2x`` and the size of the batch the row ran in."""
+
+    y: float
+    batch: int
+
+
+@microbatch.batch(max_batch_size=64, max_latency_ms=5)
+async def double(points: list[Point]) -> list[Doubled]:
+    """``y = 2x``; x == 13 raises (for its batch), x == 7 sleeps 0.5 s."""
+    if any(point.x == 7 for point in points):
+        await asyncio.sleep(0.5)
+    if any(point.x == 13 for point in points):
+        raise ValueError("secret internal detail: /opt/weights/13.bin")
+    await asyncio.sleep(0.002)
+    return [Doubled(2 * point.x, len(points)) for point in points]
+
+
+@microbatch.batch(max_batch_size=1, max_queue=1, max_latency_ms=1)
+async def slow(points: list[Point]) -> list[Doubled]:
+    """One item at a time, 0.5 s each, one more may wait: the rest are refused."""
+    await asyncio.sleep(0.5)
+    return [Doubled(2 * point.x, len(points)) for point in points]
+
+
+@microbatch.batch(max_batch_size=16, max_latency_ms=2)
+async def scale(rows: list[npt.NDArray[np.float32]]) -> list[npt.NDArray[np.float32]]:
+    """A float32 array of any shape, doubled."""
+    return [row * 2 for row in rows]
+
+
+@microbatch.batch(max_batch_size=16, max_latency_ms=2)
+async def shout(texts: list[str]) -> list[str]:
+    """Text, upper-cased."""
+    return [text.upper() for text in texts]
+
+
+DIMENSIONS = 8
+
+
+class Text(msgspec.Struct):
+    """A text to embed."""
+
+    text: str
+
+
+class Vector(msgspec.Struct):
+    """Its embedding."""
+
+    embedding: list[float]
+
+
+@microbatch.batch(max_batch_size=32, max_latency_ms=2)
+async def embed(texts: list[Text]) -> list[Vector]:
+    """A stand-in embedding: 8 floats from the text's hash, the same for the same text."""
+    return [Vector(_vector(text.text)) for text in texts]
+
+
+def _vector(text: str) -> list[float]:
+    digest = hashlib.sha256(text.encode()).digest()
+    return [byte / 255.0 for byte in digest[:DIMENSIONS]]
+
+
+def expected_vector(text: str) -> list[float]:
+    """What :func:`embed` answers for ``text`` (float32-rounded, as sent)."""
+    return np.asarray(_vector(text), dtype=np.float32).tolist()  # type: ignore[no-any-return]
