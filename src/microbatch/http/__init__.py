@@ -1,9 +1,12 @@
 """Serve a Service or a ``@microbatch.batch`` function over HTTP (ASGI).
 
 ``microbatch.http.app(service)`` is an ASGI app for any ASGI server;
-``microbatch serve MODULE:ATTR`` runs it under uvicorn.
+``microbatch serve MODULE:ATTR`` runs it under uvicorn. Besides ``/predict``, it
+speaks the Open Inference Protocol v2 (``/v2/...``) and, for a service that
+declares an :class:`EmbeddingModel`, OpenAI's ``/v1/embeddings``.
 """
 
 from .app import HttpApp, HttpConfig, app
+from .openai import EmbeddingModel
 
-__all__ = ["HttpApp", "HttpConfig", "app"]
+__all__ = ["EmbeddingModel", "HttpApp", "HttpConfig", "app"]

@@ -39,6 +39,7 @@ from .asgi import (
 from .codecs import CODECS, JSON, Codec, Decoder, codec_for_accept, codec_for_content_type
 from .inference_v2 import v2_routes
 from .metrics import HttpMetrics
+from .openai import embedding_routes
 from .schema import docs_page, openapi_document
 from .status import (
     BadRequest,
@@ -142,6 +143,7 @@ class HttpApp:
             handler = partial(self._predict, route=route, decoders=_decoders(input_type))
             self._routes[f"/predict/{route}"] = ("POST", handler, True)
         self._routes.update(v2_routes(self, {target.name: InferenceModel(target)}))
+        self._routes.update(embedding_routes(self, {target.name: target}))
 
     @property
     def draining(self) -> bool:
