@@ -11,7 +11,13 @@ from . import models
 
 
 def test_the_public_api_is_pinned() -> None:
-    assert sorted(microbatch.http.__all__) == ["HttpApp", "HttpConfig", "app"]
+    assert sorted(microbatch.http.__all__) == [
+        "EmbeddingModel",
+        "HttpApp",
+        "HttpConfig",
+        "Services",
+        "app",
+    ]
 
 
 def test_app_refuses_what_it_cannot_serve() -> None:

@@ -111,6 +111,7 @@ class Option:
         modes: ``serve`` only: the modes it works in.
         refused: ``serve`` only: why it does not work in the other modes.
         exclusive: Options of one command sharing this name exclude each other.
+        nargs: A positional's ``"*"``: any number of values, absent when none.
     """
 
     flags: tuple[str, ...]
@@ -124,6 +125,7 @@ class Option:
     modes: frozenset[Mode] = _EVERY_MODE
     refused: str = ""
     exclusive: str | None = None
+    nargs: Literal["*"] | None = None
 
     @property
     def dest(self) -> str:
@@ -161,8 +163,25 @@ SERVE = Command(
     "serve a Service or @batch function over HTTP",
     (
         Option(("target",), "a Service or @batch function", metavar="MODULE:ATTR"),
+        Option(
+            ("more_targets",),
+            "more services in the same server, each under /NAME/ (and /v2/models/NAME)",
+            default=(),
+            metavar="MODULE:ATTR",
+            nargs="*",
+            modes=frozenset({"plain"}),
+            refused="one service per hub or deployment there",
+        ),
         Option(("--host",), "address to bind (--ray: Ray's proxy)", default="127.0.0.1"),
         Option(("--port",), "port to bind; 0 picks a free one", default=8000, type=int),
+        Option(
+            ("--grpc-port",),
+            "also serve the Open Inference Protocol v2 over gRPC on this port "
+            "(0 picks a free one; needs microbatch[grpc])",
+            type=int,
+            modes=frozenset({"plain"}),
+            refused="gRPC is served by the one serving process only",
+        ),
         Option(
             ("--workers",),
             "HTTP processes in front of the one Service (1: HTTP in the serving process)",
@@ -467,6 +486,9 @@ def _argparse_keywords(command: Command, option: Option) -> dict[str, Any]:
     keywords: dict[str, Any] = {"help": _help(command, option)}
     if option.positional:
         keywords["metavar"] = option.metavar
+        if option.nargs is not None:
+            keywords["nargs"] = option.nargs
+            keywords["default"] = argparse.SUPPRESS
         return keywords
     keywords["default"] = argparse.SUPPRESS
     keywords["dest"] = option.dest

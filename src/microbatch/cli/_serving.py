@@ -1,16 +1,21 @@
-"""``microbatch serve MODULE:ATTR`` and ``--workers N``: settings from the command
-line, then the running server of :mod:`microbatch.serve`."""
+"""``microbatch serve MODULE:ATTR [MODULE:ATTR...]`` (with ``--grpc-port``) and
+``--workers N``: settings from the command line, then the running server of
+:mod:`microbatch.serve`."""
 
 from __future__ import annotations
 
 import ipaddress
 import logging
 import sys
+from collections.abc import Sequence
+from typing import Any, cast
 
 from ..http.app import HttpApp, HttpConfig
+from ..http.services import Services
 from ..loading import as_servable, load_target
 from ..serve._workers import serve_workers
 from ..serve.server import ServeSettings, serve
+from ..types import Servable
 from ._options import Parsed
 
 __all__ = ["http_config", "run_serve", "serve_settings"]
@@ -63,8 +68,14 @@ def run_serve(options: Parsed) -> int:
     configure_logging(options.log_level)
     try:
         served = load_target(options.target)
+        servables = [as_servable(served)]
+        servables += [as_servable(load_target(more)) for more in options.more_targets]
         config = http_config(options)
-        app = HttpApp(as_servable(served), config)
+        app: Any = HttpApp(servables[0], config)
+        if len(servables) > 1:
+            app = Services(servables, config)
+        if options.grpc_port is not None:
+            app = _with_grpc(app, servables, options, config)
     except (ImportError, AttributeError, ValueError, TypeError) as error:
         print(f"microbatch serve: {error}", file=sys.stderr)
         return 2
@@ -72,7 +83,39 @@ def run_serve(options: Parsed) -> int:
     settings = serve_settings(options)
     if options.workers > 1:
         return serve_workers(options.target, served, config, settings, options.workers)
-    return serve(app, settings)
+    # Services and WithGrpc are drained and configured as an HttpApp is (duck-typed).
+    return serve(cast(HttpApp, app), settings)
+
+
+def _with_grpc(
+    app: Any, servables: Sequence[Servable[Any, Any]], options: Parsed, config: HttpConfig
+) -> Any:
+    """``app`` with the v2 gRPC service of ``servables`` inside its lifespan.
+
+    Raises:
+        ImportError: grpcio is not installed.
+    """
+    try:
+        from ..grpc.alongside import WithGrpc
+        from ..grpc.server import GrpcConfig, GrpcServer
+    except ImportError as error:
+        raise ImportError(f"--grpc-port needs microbatch[grpc] ({error})") from None
+    from ..inference import InferenceModel
+
+    grpc_config = GrpcConfig(
+        host=options.host,
+        port=options.grpc_port,
+        max_message_bytes=config.max_body_bytes,
+        default_timeout_s=config.default_timeout_s,
+        auth_token=config.auth_token,
+        graceful_timeout_s=options.graceful_timeout_s,
+    )
+    models = {servable.name: InferenceModel(servable) for servable in servables}
+
+    def announce(port: int) -> None:
+        print(f"microbatch grpc serving on {options.host}:{port}", flush=True)
+
+    return WithGrpc(app, GrpcServer(models, grpc_config), on_listening=announce)
 
 
 def _is_loopback(host: str) -> bool:

@@ -3,10 +3,12 @@
 ``microbatch.http.app(service)`` is an ASGI app for any ASGI server;
 ``microbatch serve MODULE:ATTR`` runs it under uvicorn. Besides ``/predict``, it
 speaks the Open Inference Protocol v2 (``/v2/...``) and, for a service that
-declares an :class:`EmbeddingModel`, OpenAI's ``/v1/embeddings``.
+declares an :class:`EmbeddingModel`, OpenAI's ``/v1/embeddings``. :class:`Services`
+serves several services in one ASGI app.
 """
 
 from .app import HttpApp, HttpConfig, app
 from .openai import EmbeddingModel
+from .services import Services
 
-__all__ = ["EmbeddingModel", "HttpApp", "HttpConfig", "app"]
+__all__ = ["EmbeddingModel", "HttpApp", "HttpConfig", "Services", "app"]

@@ -1,0 +1,160 @@
+"""Several services in one ASGI app, each under its own name.
+
+``Services([embed, classify], config)`` serves:
+
+* ``/{name}/...``: each service's own :class:`~microbatch.http.HttpApp` (its
+  ``/predict``, ``/predict/{route}``, ``/health/ready``, ``/metrics``,
+  ``/openapi.json`` and ``/docs``), the path less its ``/{name}`` prefix;
+* ``/v2/...``: the Open Inference Protocol v2 for every service
+  (``/v2/models/{name}/...``);
+* ``/v1/embeddings`` and ``/v1/models`` for the services that declare an
+  :class:`~microbatch.http.EmbeddingModel` (the request's ``model`` picks one);
+* ``/health/live``, and ``/health/ready``: 200 when every service is ready.
+
+One service is served by its own ``HttpApp`` instead (``/predict`` as ever).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from ..inference import InferenceModel
+from ..types import Servable
+from .app import HttpApp, HttpConfig
+from .asgi import Receive, Scope, Send, header, send_response
+from .codecs import JSON
+from .inference_v2 import v2_routes
+from .openai import embedding_routes
+from .routing import RouteTable
+from .status import ErrorBody, MethodNotAllowed, NotFound, NotReady, Unauthorized, error_reply
+
+__all__ = ["Services"]
+
+logger = logging.getLogger("microbatch.http")
+
+
+class Services:
+    """An ASGI app serving several servables, each under its name (see the module).
+
+    Args:
+        servables: The services; their names must differ.
+        config: Limits, timeouts and the bearer token, for every route.
+
+    Raises:
+        ValueError: No servable, or two with the same name.
+    """
+
+    def __init__(self, servables: Sequence[Servable[Any, Any]], config: HttpConfig) -> None:
+        if not servables:
+            raise ValueError("Services needs at least one servable")
+        names = [servable.name for servable in servables]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"two services are named {twice[0]!r}; give each its own name")
+        self.config = config
+        self.apps = {servable.name: HttpApp(servable, config) for servable in servables}
+        self._first = next(iter(self.apps.values()))
+        self._draining = False
+        token = config.auth_token
+        self._expected_authorization = None if token is None else b"Bearer " + token.encode()
+        models = {name: InferenceModel(app.servable) for name, app in self.apps.items()}
+        self._routes: RouteTable = {
+            "/health/live": ("GET", self._live, False),
+            "/health/ready": ("GET", self._ready, False),
+            **v2_routes(self, models),
+            **embedding_routes(self, {name: app.servable for name, app in self.apps.items()}),
+        }
+
+    @property
+    def draining(self) -> bool:
+        """Shutdown has begun."""
+        return self._draining
+
+    def begin_draining(self) -> None:
+        """Turn every readiness to 503 and refuse new items."""
+        self._draining = True
+        for app in self.apps.values():
+            app.begin_draining()
+
+    def _timeout_s(self, scope: Scope) -> float:
+        return self._first._timeout_s(scope)
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        return await self._first._read_body(scope, receive)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI 3 entry point."""
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            raise ValueError(f"microbatch's HTTP app does not serve {scope['type']!r} connections")
+        path: str = scope["path"]
+        route = self._routes.get(path)
+        if route is None:
+            name, _, rest = path[1:].partition("/")
+            app = self.apps.get(name)
+            if app is not None and rest:
+                await app({**scope, "path": f"/{rest}", "root_path": f"/{name}"}, receive, send)
+                return
+        try:
+            if route is None:
+                raise NotFound(f"no route {path!r}; each service is under /{{name}}/")
+            method, handler, protected = route
+            if scope["method"] != method:
+                raise MethodNotAllowed(f"{path} takes {method}", allow=method)
+            if protected and self._expected_authorization is not None:
+                given = header(scope, b"authorization") or b""
+                if not hmac.compare_digest(given, self._expected_authorization):
+                    raise Unauthorized("a bearer token is required (Authorization: Bearer <token>)")
+            await handler(scope, receive, send)
+        except Exception as error:
+            reply = error_reply(error)
+            body = JSON.encode(ErrorBody(reply.error, reply.message))
+            await send_response(send, reply.status, body, JSON.media_type, reply.headers)
+
+    async def _live(self, scope: Scope, receive: Receive, send: Send) -> int:
+        await send_response(send, 200, b'{"status":"live"}', JSON.media_type)
+        return 200
+
+    async def _ready(self, scope: Scope, receive: Receive, send: Send) -> int:
+        if self._draining:
+            raise NotReady("the server is shutting down")
+        waiting = [name for name, app in self.apps.items() if not app.servable.ready]
+        if waiting:
+            raise NotReady(f"not ready: {', '.join(waiting)}")
+        await send_response(send, 200, b'{"status":"ready"}', JSON.media_type)
+        return 200
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        """Start every service (in order; a failure closes those started), close all."""
+        started: list[Servable[Any, Any]] = []
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    for app in self.apps.values():
+                        await app.servable.start()
+                        started.append(app.servable)
+                except Exception as error:
+                    logger.exception("a service failed to start")
+                    await asyncio.gather(*(s.close() for s in started), return_exceptions=True)
+                    await send({"type": "lifespan.startup.failed", "message": str(error)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                self.begin_draining()
+                outcomes = await asyncio.gather(
+                    *(s.close() for s in started), return_exceptions=True
+                )
+                failed = [o for o in outcomes if isinstance(o, BaseException)]
+                if failed:
+                    logger.error("a service failed to close", exc_info=failed[0])
+                    await send({"type": "lifespan.shutdown.failed", "message": str(failed[0])})
+                    return
+                await send({"type": "lifespan.shutdown.complete"})
+                return
