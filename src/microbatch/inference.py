@@ -134,6 +134,10 @@ class InferenceModel:
             OutputMismatch: The results do not fit the declared outputs (500).
             MicrobatchError: What ``submit`` raises (overload, deadline, ...).
         """
+        declared = {spec.name for spec in self.outputs.specs}
+        unknown = [name for name in outputs if declared and name not in declared]
+        if self.outputs.open_spec is None and unknown:
+            raise TensorError(f"unknown output {unknown[0]!r}; the model gives {sorted(declared)}")
         items = self.inputs.items(inputs)
         results = await submit_all(self.servable, items, deadline)
         try:
