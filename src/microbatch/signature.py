@@ -25,7 +25,7 @@ import sys
 import types
 import typing
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -87,8 +87,20 @@ class Signature:
     specs: tuple[TensorSpec, ...]
     fields: bool
     open_spec: TensorSpec | None = None
+    _by_name: dict[str, TensorSpec] = field(init=False, repr=False, compare=False)
+    _required: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _pydantic: bool = field(init=False, repr=False, compare=False)
+    _array_item: bool = field(init=False, repr=False, compare=False)
 
     # -- inputs ------------------------------------------------------------------
+
+    def __post_init__(self) -> None:
+        # looked up on every request: worked out once
+        object.__setattr__(self, "_by_name", {spec.name: spec for spec in self.specs})
+        required = tuple(spec.name for spec in self.specs if spec.required)
+        object.__setattr__(self, "_required", required)
+        object.__setattr__(self, "_pydantic", is_pydantic_model(self.item_type))
+        object.__setattr__(self, "_array_item", _is_array_type(self.item_type))
 
     def items(self, tensors: Sequence[Tensor]) -> list[Any]:
         """One item per row of the input tensors.
@@ -98,47 +110,47 @@ class Signature:
                 take, a shape that does not match, inputs with different numbers of
                 rows, no rows, or rows the declared type does not accept.
         """
-        by_name = {tensor.name: tensor for tensor in tensors}
-        if len(by_name) != len(tensors):
+        if not tensors:
+            raise TensorError("the request has no inputs")
+        count = tensors[0].data.shape[0]
+        names = [tensor.name for tensor in tensors]
+        columns = []
+        for tensor in tensors:
+            if tensor.data.shape[0] != count:
+                rows = sorted({tensor.data.shape[0] for tensor in tensors})
+                raise TensorError(f"the inputs have different numbers of rows: {rows}")
+            columns.append(_column(self._spec(tensor.name), tensor))
+        if len(set(names)) != len(names):
             raise TensorError("an input is given twice")
-        specs = self._input_specs(by_name)
-        rows = {tensor.data.shape[0] for tensor in tensors}
-        if len(rows) != 1:
-            raise TensorError(f"the inputs have different numbers of rows: {sorted(rows)}")
-        (count,) = rows
+        for name in self._required:
+            if name not in names:
+                raise TensorError(f"missing input {name!r}")
         if count == 0:
             raise TensorError("the inputs have no rows")
-        columns = {
-            spec.name: _column(spec, by_name[spec.name]) for spec in specs if spec.name in by_name
-        }
+        convert = self._convert
         if not self.fields:
-            (column,) = columns.values()
-            return [self._convert(value) for value in column]
-        names = list(columns)
+            return [convert(value) for value in columns[0]]
+        if len(columns) == 1:
+            (name,) = names
+            return [convert({name: value}) for value in columns[0]]
         return [
-            self._convert(dict(zip(names, values, strict=True)))
-            for values in zip(*columns.values(), strict=True)
+            convert(dict(zip(names, values, strict=True))) for values in zip(*columns, strict=True)
         ]
 
-    def _input_specs(self, by_name: dict[str, Tensor]) -> list[TensorSpec]:
-        if not by_name:
-            raise TensorError("the request has no inputs")
+    def _spec(self, name: str) -> TensorSpec:
         if self.open_spec is not None:
-            return [dataclasses.replace(self.open_spec, name=name) for name in by_name]
-        known = {spec.name for spec in self.specs}
-        unknown = sorted(set(by_name) - known)
-        if unknown:
-            raise TensorError(f"unknown input {unknown[0]!r}; the model takes {sorted(known)}")
-        missing = [spec.name for spec in self.specs if spec.required and spec.name not in by_name]
-        if missing:
-            raise TensorError(f"missing input {missing[0]!r}")
-        return list(self.specs)
+            return dataclasses.replace(self.open_spec, name=name)
+        spec: TensorSpec | None = self._by_name.get(name)
+        if spec is None:
+            known = sorted(self._by_name)
+            raise TensorError(f"unknown input {name!r}; the model takes {known}")
+        return spec
 
     def _convert(self, value: Any) -> Any:
-        if isinstance(value, np.ndarray) and _is_array_type(self.item_type):
+        if self._array_item and isinstance(value, np.ndarray):
             return value
         try:
-            if is_pydantic_model(self.item_type):
+            if self._pydantic:
                 return self.item_type.model_validate(value)
             return msgspec.convert(value, self.item_type)
         except (msgspec.ValidationError, ValueError, TypeError) as error:
@@ -230,6 +242,8 @@ def _stack(spec: TensorSpec, values: list[Any]) -> Tensor:
         raise ValueError(f"output {spec.name!r}: the rows' results do not stack: {error}") from None
     if array.ndim == 1:
         array = array.reshape(len(values), 1)
+    if dtype is not None:
+        return Tensor(spec.name, spec.datatype, array)
     if array.dtype.kind in "USO":
         raise ValueError(f"output {spec.name!r}: the results are not numbers")
     return Tensor(spec.name, datatype_of(array), array)

@@ -51,6 +51,9 @@ DATATYPES: dict[str, np.dtype[Any]] = {
 }
 """Each v2 datatype and the numpy dtype of its elements (little endian on the wire)."""
 
+_BY_DTYPE = {dtype: name for name, dtype in DATATYPES.items() if name != "BYTES"}
+_NARROW_FLOATS = frozenset({"FP16", "FP32"})
+
 MAX_ROWS = 4096
 """Most rows (items) one request may carry: each row is one item in the batcher."""
 
@@ -94,8 +97,11 @@ def _dtype(name: str, datatype: str) -> np.dtype[Any]:
 def _elements(name: str, shape: Sequence[int]) -> int:
     if not shape:
         raise TensorError(f"input {name!r}: the shape is empty; the first dimension is the rows")
-    if any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in shape):
-        raise TensorError(f"input {name!r}: shape {list(shape)} has a dimension that is not >= 0")
+    for n in shape:
+        if type(n) is not int or n < 0:
+            raise TensorError(
+                f"input {name!r}: shape {list(shape)} has a dimension that is not >= 0"
+            )
     if shape[0] > MAX_ROWS:
         raise TensorError(f"input {name!r}: {shape[0]} rows; the limit is {MAX_ROWS}")
     return math.prod(shape)
@@ -121,11 +127,14 @@ def from_json(name: str, datatype: str, shape: Sequence[int], data: Any) -> Tens
             if array.dtype != np.bool_ and array.size:
                 raise TensorError(f"input {name!r}: BOOL data must be true or false")
             array = array.astype(np.bool_)
-        else:
+        elif np.asarray(data).dtype.kind not in "biuf":  # strings, nulls, ragged lists
+            raise ValueError("expected numbers in a rectangular list")
+        elif datatype in _NARROW_FLOATS:
+            # errstate is per context (numpy 2): a float cast that overflows raises here
             with np.errstate(over="raise"):
                 array = np.asarray(data, dtype=dtype)
-            if array.dtype.kind not in "biuf":
-                raise ValueError("not numbers")
+        else:
+            array = np.asarray(data, dtype=dtype)
     except TensorError:
         raise
     except (ValueError, TypeError, OverflowError, FloatingPointError) as error:
@@ -216,12 +225,13 @@ def datatype_of(array: np.ndarray[Any, Any]) -> str:
     Raises:
         TensorError: A dtype no v2 datatype carries (complex numbers, dates).
     """
-    kind = array.dtype.kind
-    if kind in "USO":
+    name = _BY_DTYPE.get(array.dtype)
+    if name is not None:
+        return name
+    if array.dtype.kind in "USO":
         return "BYTES"
-    for datatype, dtype in DATATYPES.items():
-        if datatype != "BYTES" and array.dtype == dtype.newbyteorder("="):
-            return datatype
+    if array.dtype.byteorder == ">":
+        return datatype_of(array.astype(array.dtype.newbyteorder("<")))
     raise TensorError(f"no v2 datatype carries numpy dtype {array.dtype}")
 
 

@@ -111,7 +111,7 @@ def test_any_json_input_is_a_tensor_or_a_tensor_error(
         ("BYTES", [1], [1], "must be strings"),
         ("FP8", [1], [1], "unknown datatype"),
         ("FP32", [], [], "shape is empty"),
-        ("FP32", [-1], [], "not >= 0"),
+        ("FP32", [-1], [], "below 0"),
         ("FP32", [MAX_ROWS + 1, 0], [], "the limit"),
     ],
 )
