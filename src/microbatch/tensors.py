@@ -99,9 +99,7 @@ def _elements(name: str, shape: Sequence[int]) -> int:
         raise TensorError(f"input {name!r}: the shape is empty; the first dimension is the rows")
     for n in shape:
         if type(n) is not int or n < 0:
-            raise TensorError(
-                f"input {name!r}: shape {list(shape)} has a dimension that is not >= 0"
-            )
+            raise TensorError(f"input {name!r}: shape {list(shape)} has a dimension below 0")
     if shape[0] > MAX_ROWS:
         raise TensorError(f"input {name!r}: {shape[0]} rows; the limit is {MAX_ROWS}")
     return math.prod(shape)
