@@ -12,6 +12,7 @@ ties the package to one protobuf version.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ def _pool() -> descriptor_pool.DescriptorPool:
 _POOL = _pool()
 
 
+@functools.cache
 def message(name: str) -> Any:
     """The message class ``inference.<name>`` (``ModelInferRequest``, ...)."""
     return message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"inference.{name}"))
