@@ -4,7 +4,7 @@ v2 over REST and gRPC, and OpenAI ``/v1/embeddings``, against KServe's ``ModelSe
 
 One command (creates ``benchmarks/.venvs/kserve`` when missing)::
 
-    flock /work/bench.lock python3 benchmarks/protocols.py            # ~6 min
+    flock /work/bench.lock python3 benchmarks/protocols.py            # ~8 min
     python3 benchmarks/protocols.py --duration 2 --warmup 1 --workloads sim
 
 Run it with an interpreter that has microbatch's ``test`` extra (grpcio, numpy) and
@@ -18,7 +18,8 @@ Run it with an interpreter that has microbatch's ``test`` extra (grpcio, numpy) 
 
 HTTP load is ``wrk`` (closed loop, distinct bodies cycled); gRPC load is a closed-loop
 ``grpc.aio`` client in this process that sends pre-serialized ``ModelInferRequest``s
-(raw tensor contents) on one channel. Each server is checked for correctness first.
+(raw tensor contents) on one channel. Each server is checked for correctness first;
+both run at once and the endpoints take turns (median of ``--rounds`` runs).
 Writes ``benchmarks/results/protocols.json`` and ``protocols.md``. Timings on a shared
 machine are noisy: compare the ratios within one run.
 """
@@ -365,28 +366,46 @@ def measure(server: Server, endpoint: Endpoint, connections: int, seconds: float
 
 
 def run_workload(
-    workload: str, levels: list[int], duration: float, warmup: float, logs: Path
+    workload: str, levels: list[int], duration: float, warmup: float, rounds: int, logs: Path
 ) -> dict[str, dict[int, dict[str, Any]]]:
-    """Every endpoint of the workload at every level: label -> level -> numbers."""
+    """Every endpoint of the workload at every level: label -> level -> numbers (the
+    median run of ``rounds``). Both servers run at once and the endpoints take turns
+    within each round, so that a burst of other work on the machine falls on all of
+    them rather than on one."""
     endpoints = sim_endpoints() if workload == "sim" else embed_endpoints()
-    results: dict[str, dict[int, dict[str, Any]]] = {}
-    starters = {"microbatch": microbatch_server, "kserve": kserve_server}
-    for name, starter in starters.items():
-        with starter(workload, logs / f"{name}-{workload}.log") as server:
-            for endpoint in endpoints[name]:
-                check(server, endpoint, workload)
-                results[endpoint.label] = {}
-                for level in levels:
-                    measure(server, endpoint, level, warmup)
+    runs: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    with (
+        microbatch_server(workload, logs / f"microbatch-{workload}.log") as ours,
+        kserve_server(workload, logs / f"kserve-{workload}.log") as theirs,
+    ):
+        servers = {"microbatch": ours, "kserve": theirs}
+        turns = [(servers[name], endpoint) for name in servers for endpoint in endpoints[name]]
+        for server, endpoint in turns:
+            check(server, endpoint, workload)
+            runs[endpoint.label] = {level: [] for level in levels}
+        for level in levels:
+            for server, endpoint in turns:
+                measure(server, endpoint, level, warmup)
+            for _ in range(rounds):
+                for server, endpoint in turns:
                     numbers = measure(server, endpoint, level, duration)
-                    results[endpoint.label][level] = numbers
+                    runs[endpoint.label][level].append(numbers)
                     print(
                         f"[{workload}] {endpoint.label:28} c={level:<4} "
                         f"{numbers['rps']:8.1f} req/s  p50 {_ms(numbers['p50_ms'])}  "
                         f"p99 {_ms(numbers['p99_ms'])}  errors {numbers['errors']}",
                         flush=True,
                     )
-    return results
+    return {
+        label: {level: _median_run(by_level[level]) for level in levels}
+        for label, by_level in runs.items()
+    }
+
+
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run of median throughput, with every run's throughput beside it."""
+    ordered = sorted(runs, key=lambda run: float(run["rps"]))
+    return {**ordered[len(ordered) // 2], "rps_runs": [run["rps"] for run in runs]}
 
 
 def _ms(value: float | None) -> str:
@@ -398,10 +417,13 @@ def report(all_results: dict[str, Any], levels: list[int], args: argparse.Namesp
     lines = [
         "# Protocols: /predict, v2 REST, v2 gRPC, OpenAI embeddings vs KServe",
         "",
-        f"`python3 benchmarks/protocols.py --duration {args.duration} --warmup {args.warmup}`"
-        f" on {machine()}. The machine was shared with other work while this ran: the "
-        "numbers are noisy; compare ratios within this run. Closed loop; HTTP load from "
-        "`wrk`, gRPC load from a Python `grpc.aio` client in the benchmark process.",
+        f"`python3 benchmarks/protocols.py --duration {args.duration} --warmup {args.warmup}"
+        f" --rounds {args.rounds}` on {machine()}. The machine was shared with other work "
+        "while this ran (other engineers' test suites): the numbers are noisy; compare "
+        "ratios within this run. Both servers run at once; at each level every endpoint "
+        f"takes its turn, {args.rounds} rounds, and the median run is shown. Closed loop; "
+        "HTTP load from `wrk`, gRPC load from a Python `grpc.aio` client in the benchmark "
+        "process (it shares the 2 cores with the server).",
         "",
     ]
     for workload, results in all_results.items():
@@ -475,6 +497,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=3.0, help="seconds per level")
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds before each level")
+    parser.add_argument("--rounds", type=int, default=3, help="runs per level (median kept)")
     parser.add_argument("--levels", default=",".join(map(str, LEVELS)))
     parser.add_argument("--workloads", nargs="+", default=["sim", "embed"])
     args = parser.parse_args()
@@ -483,7 +506,7 @@ def main() -> int:
     logs = Path(tempfile.mkdtemp(prefix="protocols-bench-"))
     print(f"logs in {logs}", flush=True)
     results = {
-        workload: run_workload(workload, levels, args.duration, args.warmup, logs)
+        workload: run_workload(workload, levels, args.duration, args.warmup, args.rounds, logs)
         for workload in args.workloads
     }
     RESULTS.mkdir(exist_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 import numpy as np
 import openai
+import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
@@ -72,3 +73,21 @@ def test_two_services_with_one_name_are_refused() -> None:
     )
     assert done.returncode == 2
     assert "two services are named 'double'" in done.stderr
+
+
+def test_more_targets_and_grpc_are_refused_with_workers_and_ray(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from microbatch.cli._options import parse
+
+    parsed = parse(["serve", TARGETS[0], TARGETS[1], "--grpc-port", "0"])
+    assert parsed.values["more_targets"] == [TARGETS[1]]
+    assert parsed.values["grpc_port"] == 0
+    assert parse(["serve", TARGETS[0]]).values["more_targets"] == ()
+    for argv in (
+        ["serve", TARGETS[0], TARGETS[1], "--workers", "2"],
+        ["serve", TARGETS[0], "--grpc-port", "0", "--ray"],
+    ):
+        with pytest.raises(SystemExit):
+            parse(argv)
+        assert "does not work with" in capsys.readouterr().err
