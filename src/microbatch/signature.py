@@ -283,7 +283,10 @@ def record_fields(declared: Any) -> list[tuple[str, Any, bool]] | None:
             for field in msgspec.structs.fields(declared)
         ]
     if isinstance(declared, type) and dataclasses.is_dataclass(declared):
-        hints = typing.get_type_hints(declared)
+        try:
+            hints = typing.get_type_hints(declared)
+        except (NameError, TypeError):  # a hint that cannot be resolved: taken as Any
+            hints = {}
         return [
             (
                 field.name,
