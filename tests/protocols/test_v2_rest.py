@@ -201,3 +201,13 @@ def test_a_bearer_token_guards_inference_not_health() -> None:
         result = client.infer("double", [_x([1.0])], headers={"Authorization": "Bearer sesame"})
         assert result.as_numpy("y")[0, 0] == 2.0
         client.close()
+
+
+def test_v2_rest_under_several_http_processes() -> None:
+    options = ("--workers", "2", "--log-level", "warning")
+    with serving("tests.protocols.models:double", options=options) as running:
+        client = httpclient.InferenceServerClient(running.http, concurrency=8)
+        pending = [(x, client.async_infer("double", [_x([x])])) for x in range(200, 232)]
+        answers = [(x, request.get_result().as_numpy("y")[0, 0]) for x, request in pending]
+        client.close()
+    assert all(y == 2 * x for x, y in answers)
