@@ -215,3 +215,28 @@ def test_the_vendored_descriptor_is_the_compiled_proto(tmp_path: Path) -> None:
         check=True,
     )
     assert out.read_bytes() == messages.DESCRIPTOR_SET.read_bytes()
+
+
+def test_typed_contents_instead_of_raw_bytes(server: Running) -> None:
+    from microbatch.grpc.messages import SERVICE, message
+
+    request = message("ModelInferRequest")(model_name="double")
+    given = request.inputs.add(name="x", datatype="FP32", shape=[2, 1])
+    given.contents.fp32_contents.extend([1.5, 2.5])
+    assert server.grpc is not None
+    with grpc.insecure_channel(server.grpc) as channel:
+        infer = channel.unary_unary(
+            f"/{SERVICE}/ModelInfer",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=message("ModelInferResponse").FromString,
+        )
+        reply = infer(request, timeout=HANG_GUARD_S)
+        assert [output.name for output in reply.outputs] == ["y", "batch"]
+        assert np.frombuffer(reply.raw_output_contents[0], "<f4").tolist() == [3.0, 5.0]
+        short = message("ModelInferRequest")(model_name="double")
+        bad = short.inputs.add(name="x", datatype="FP32", shape=[3, 1])
+        bad.contents.fp32_contents.extend([1.0])
+        with pytest.raises(grpc.RpcError) as caught:
+            infer(short, timeout=HANG_GUARD_S)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "needs 3 elements" in caught.value.details()
