@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from microbatch.http import HttpConfig, Services
 from microbatch.stats import ServiceStats
@@ -88,3 +89,22 @@ async def test_the_token_guards_the_shared_routes_too() -> None:
         assert (await client.get("/v2", headers=headers)).status_code == 200
         assert (await client.post("/shout/predict", json="a")).status_code == 401
         assert (await client.get("/nowhere")).status_code == 404
+
+
+async def test_one_metrics_page_labels_each_service() -> None:
+    app = Services([double, shout], HttpConfig())
+    async with serving(app) as client:  # type: ignore[arg-type]
+        await client.post("/shout/predict", json="a")
+        await client.get("/v2/models/double")
+        text = (await client.get("/metrics")).text
+    names = [family.name for family in text_string_to_metric_families(text)]
+    assert len(names) == len(set(names))  # a valid page: each family once
+    assert 'microbatch_ready{service="double"} 1.0' in text
+    assert 'microbatch_ready{service="shout"} 1.0' in text
+    assert text.count("# TYPE microbatch_ready gauge") == 1
+    assert text.count("# TYPE process_cpu_seconds_total counter") == 1
+    shout_requests = [
+        line for line in text.splitlines() if 'service="shout"' in line and "/predict" in line
+    ]
+    assert any(line.startswith("microbatch_http_requests_total") for line in shout_requests)
+    assert any('service="*"' in line and "/v2/models/double" in line for line in text.splitlines())

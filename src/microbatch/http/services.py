@@ -9,7 +9,9 @@
   (``/v2/models/{name}/...``);
 * ``/v1/embeddings`` and ``/v1/models`` for the services that declare an
   :class:`~microbatch.http.EmbeddingModel` (the request's ``model`` picks one);
-* ``/health/live``, and ``/health/ready``: 200 when every service is ready.
+* ``/health/live``, and ``/health/ready``: 200 when every service is ready;
+* ``/metrics``: every service's metrics with a ``service`` label (the shared routes'
+  requests with ``service="*"``), the process's own once.
 
 One service is served by its own ``HttpApp`` instead (``/predict`` as ever).
 """
@@ -19,17 +21,19 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from ..inference import InferenceModel
 from ..types import Servable
-from .app import HttpApp, HttpConfig
+from .app import ClientDisconnected, HttpApp, HttpConfig
 from .asgi import Receive, Scope, Send, header, send_response
 from .codecs import JSON
 from .inference_v2 import v2_routes
 from .openai import embedding_routes
-from .routing import RouteTable
+from .routing import CLIENT_CLOSED, RouteTable
+from .service_metrics import ServicesMetrics
 from .status import ErrorBody, MethodNotAllowed, NotFound, NotReady, Unauthorized, error_reply
 
 __all__ = ["Services"]
@@ -62,9 +66,11 @@ class Services:
         token = config.auth_token
         self._expected_authorization = None if token is None else b"Bearer " + token.encode()
         models = {name: InferenceModel(app.servable) for name, app in self.apps.items()}
+        self.metrics = ServicesMetrics({name: app.metrics for name, app in self.apps.items()})
         self._routes: RouteTable = {
             "/health/live": ("GET", self._live, False),
             "/health/ready": ("GET", self._ready, False),
+            "/metrics": ("GET", self._metrics, True),
             **v2_routes(self, models),
             **embedding_routes(self, {name: app.servable for name, app in self.apps.items()}),
         }
@@ -101,6 +107,7 @@ class Services:
             if app is not None and rest:
                 await app({**scope, "path": f"/{rest}", "root_path": f"/{name}"}, receive, send)
                 return
+        started = time.perf_counter()
         try:
             if route is None:
                 raise NotFound(f"no route {path!r}; each service is under /{{name}}/")
@@ -111,14 +118,23 @@ class Services:
                 given = header(scope, b"authorization") or b""
                 if not hmac.compare_digest(given, self._expected_authorization):
                     raise Unauthorized("a bearer token is required (Authorization: Bearer <token>)")
-            await handler(scope, receive, send)
+            status = await handler(scope, receive, send)
+        except ClientDisconnected:
+            status = CLIENT_CLOSED
         except Exception as error:
             reply = error_reply(error)
             body = JSON.encode(ErrorBody(reply.error, reply.message))
             await send_response(send, reply.status, body, JSON.media_type, reply.headers)
+            status = reply.status
+        label = path if route is not None else "other"
+        self.metrics.shared.record(label, status, time.perf_counter() - started)
 
     async def _live(self, scope: Scope, receive: Receive, send: Send) -> int:
         await send_response(send, 200, b'{"status":"live"}', JSON.media_type)
+        return 200
+
+    async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> int:
+        await send_response(send, 200, self.metrics.render(), self.metrics.content_type)
         return 200
 
     async def _ready(self, scope: Scope, receive: Receive, send: Send) -> int:
