@@ -71,9 +71,9 @@ def run_serve(options: Parsed) -> int:
         servables = [as_servable(served)]
         servables += [as_servable(load_target(more)) for more in options.more_targets]
         config = http_config(options)
-        app: Any = HttpApp(servables[0], config)
-        if len(servables) > 1:
-            app = Services(servables, config)
+        app: Any = (
+            HttpApp(servables[0], config) if len(servables) == 1 else Services(servables, config)
+        )
         if options.grpc_port is not None:
             app = _with_grpc(app, servables, options, config)
     except (ImportError, AttributeError, ValueError, TypeError) as error:
