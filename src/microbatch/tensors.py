@@ -52,7 +52,10 @@ DATATYPES: dict[str, np.dtype[Any]] = {
 """Each v2 datatype and the numpy dtype of its elements (little endian on the wire)."""
 
 _BY_DTYPE = {dtype: name for name, dtype in DATATYPES.items() if name != "BYTES"}
-_NARROW_FLOATS = frozenset({"FP16", "FP32"})
+_FLOAT_LIMITS = {"FP16": float(np.finfo(np.float16).max), "FP32": float(np.finfo(np.float32).max)}
+_PLAIN_NUMBERS = (int, float)  # by type(): bool and str are not among them
+_SMALL = 64
+_INTEGERS = frozenset(name for name in DATATYPES if "INT" in name)
 
 MAX_ROWS = 4096
 """Most rows (items) one request may carry: each row is one item in the batcher."""
@@ -125,9 +128,18 @@ def from_json(name: str, datatype: str, shape: Sequence[int], data: Any) -> Tens
             if array.dtype != np.bool_ and array.size:
                 raise TensorError(f"input {name!r}: BOOL data must be true or false")
             array = array.astype(np.bool_)
+        elif datatype in _INTEGERS and not _integral(data):
+            raise ValueError("expected integers")
+        elif len(data) <= _SMALL and all(type(value) in _PLAIN_NUMBERS for value in data):
+            # a few plain numbers (most requests): checked here, cheaper than numpy's
+            # checks below; a float too large for FP16/FP32 is refused, not made inf
+            limit = _FLOAT_LIMITS.get(datatype)
+            if limit is not None and data and max(map(abs, data)) > limit:
+                raise ValueError(f"a number is out of range for {datatype}")
+            array = np.asarray(data, dtype=dtype)
         elif np.asarray(data).dtype.kind not in "biuf":  # strings, nulls, ragged lists
             raise ValueError("expected numbers in a rectangular list")
-        elif datatype in _NARROW_FLOATS:
+        elif datatype in _FLOAT_LIMITS:
             # errstate is per context (numpy 2): a float cast that overflows raises here
             with np.errstate(over="raise"):
                 array = np.asarray(data, dtype=dtype)
@@ -142,6 +154,13 @@ def from_json(name: str, datatype: str, shape: Sequence[int], data: Any) -> Tens
             f"input {name!r}: shape {list(shape)} needs {count} elements, the data has {array.size}"
         )
     return Tensor(name, datatype, array.reshape(shape))
+
+
+def _integral(data: list[Any]) -> bool:
+    """Whether ``data`` (nested lists) holds no float: an integer tensor takes none."""
+    if len(data) <= _SMALL and all(type(value) is int for value in data):
+        return True
+    return np.asarray(data).dtype.kind in "biu"
 
 
 def _as_bytes(name: str, value: Any) -> bytes:

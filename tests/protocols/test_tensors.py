@@ -106,6 +106,11 @@ def test_any_json_input_is_a_tensor_or_a_tensor_error(
     [
         ("FP32", [2], [1.0], "needs 2 elements"),
         ("UINT8", [1], [300], "not UINT8"),
+        ("INT8", [1], [1.5], "expected integers"),
+        ("FP16", [1], [70000.0], "out of range"),
+        ("FP32", [1], [1e300], "out of range"),
+        ("FP32", [2, 1], [[1e300], [1.0]], "overflow"),
+        ("FP64", [1], ["1"], "expected numbers"),
         ("FP32", [1], ["a"], "not FP32"),
         ("BOOL", [1], [1], "true or false"),
         ("BYTES", [1], [1], "must be strings"),
