@@ -73,7 +73,10 @@ class Vector(msgspec.Struct):
 
 @microbatch.batch(max_batch_size=32, max_latency_ms=2)
 async def embed(texts: list[Text]) -> list[Vector]:
-    """A stand-in embedding: 8 floats from the text's hash, the same for the same text."""
+    """A stand-in embedding: 8 floats from the text's hash, the same for the same text;
+    the text "slow" takes 0.5 s."""
+    if any(text.text == "slow" for text in texts):
+        await asyncio.sleep(0.5)
     return [Vector(_vector(text.text)) for text in texts]
 
 

@@ -146,3 +146,13 @@ def test_the_embedding_example_declares_itself_an_embedding_model() -> None:
     assert declared is not None
     assert declared.max_input_tokens == embeddings.MAX_TOKENS
     assert declared.loaded_tokenizer.encode("hello world").ids == [101, 7592, 2088, 102]
+
+
+def test_a_passed_deadline_is_504_in_openais_shape(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.embeddings.create(
+            model="embed", input="slow", extra_headers={"X-Request-Timeout-Ms": "100"}
+        )
+    assert caught.value.status_code == 504
+    assert isinstance(caught.value.body, dict)
+    assert caught.value.body["type"] == "server_error"
