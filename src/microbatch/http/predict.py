@@ -14,6 +14,7 @@ from __future__ import annotations
 import hmac
 import logging
 import math
+import time
 import uuid
 from collections.abc import Awaitable, Sequence
 from typing import Any, NamedTuple, Protocol
@@ -82,6 +83,8 @@ class Predictor:
     __slots__ = (
         "_app",
         "_authorization",
+        "_by_accept",
+        "_by_content_type",
         "_decoders",
         "_default_timeout_s",
         "_submit",
@@ -109,6 +112,9 @@ class Predictor:
         self.max_body_bytes = max_body_bytes
         self._authorization = authorization
         self.label = label
+        # what the Content-Type and Accept values seen so far chose (a few, at most)
+        self._by_content_type: dict[bytes | None, Decoder] = {}
+        self._by_accept: dict[bytes | None, Codec] = {}
 
     def check(self, headers: RawHeaders, *, authorize: bool = True) -> Checked:
         """Everything about a request that its headers decide, before its body is read.
@@ -146,9 +152,18 @@ class Predictor:
             raise Unauthorized("a bearer token is required (Authorization: Bearer <token>)")
         if self._app.draining:
             raise NotReady("the server is shutting down")
-        deadline = deadline_from(timeout_from_header(timeout, self._default_timeout_s))
-        decode = self._decoders[codec_for_content_type(content_type).name]
-        encoder = codec_for_accept(accept)
+        if timeout is None:
+            deadline: float | None = time.monotonic() + self._default_timeout_s
+        else:
+            deadline = deadline_from(timeout_from_header(timeout, self._default_timeout_s))
+        decode = self._by_content_type.get(content_type)
+        if decode is None:
+            decode = self._decoders[codec_for_content_type(content_type).name]
+            _remember(self._by_content_type, content_type, decode)
+        encoder = self._by_accept.get(accept)
+        if encoder is None:
+            encoder = codec_for_accept(accept)
+            _remember(self._by_accept, accept, encoder)
         if length is not None:
             try:
                 size = int(length)
@@ -167,6 +182,15 @@ class Predictor:
         """
         item = checked.decode(body)
         return self._submit(item, deadline=checked.deadline, route=self.route)
+
+
+_REMEMBERED = 32
+
+
+def _remember(cache: dict[bytes | None, Any], key: bytes | None, value: Any) -> None:
+    """Keep ``value`` for ``key`` unless the cache is full (clients choose the keys)."""
+    if len(cache) < _REMEMBERED:
+        cache[key] = value
 
 
 def timeout_from_header(given: bytes | None, default: float) -> float:

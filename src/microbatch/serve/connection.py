@@ -46,6 +46,7 @@ from .responses import (
     REQUEST_TIMEOUT,
     SERVICE_UNAVAILABLE,
     head,
+    ok_head,
 )
 
 __all__ = ["ConnectionLimits", "Front", "HttpConnection"]
@@ -503,7 +504,7 @@ class HttpConnection(asyncio.Protocol):
         self._task = None
         if self._phase == _CLOSED:
             return
-        self._write(head(200, encoder.media_type, len(body), (), self._connection_line()) + body)
+        self._write(ok_head(encoder.media_type, len(body), self._connection_line()) + body)
         self._front.record(predictor.label, 200, time.perf_counter() - self._started)
         self.response_complete(200)
 
