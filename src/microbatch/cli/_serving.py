@@ -39,6 +39,9 @@ def serve_settings(options: Parsed) -> ServeSettings:
         port=options.port,
         graceful_timeout_s=options.graceful_timeout_s,
         header_timeout_s=options.header_timeout_s,
+        max_header_bytes=options.max_header_bytes,
+        keep_alive_s=options.keep_alive_s,
+        max_connections=options.max_connections,
         log_level=options.log_level,
     )
 
