@@ -1,7 +1,9 @@
 """The probe behind issue 15's choice of HTTP front: the same 40-line ``{"x"} -> {"y"}``
-app on our own uvloop + httptools protocol and on granian (RSGI, one worker), driven
-by wrk at 64 connections; requests per second and CPU per request of the serving
-process group (``/proc`` utime + stime over the run, divided by requests).
+app on our own uvloop + httptools protocol and on granian (RSGI, one worker), and
+``microbatch serve`` itself over a servable that answers at once (the whole front:
+connection layer, app, metrics; no batching), driven by wrk at 64 connections;
+requests per second and CPU per request of the serving process group (``/proc``
+utime + stime over the run, divided by requests).
 
 Run (creates ``benchmarks/.venvs/granian`` when missing)::
 
@@ -19,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import LUA_DONE, SERVERS, VENVS, free_port, group_cpu_s, run_wrk, stop
+from harness import LUA_DONE, ROOT, SERVERS, VENVS, free_port, group_cpu_s, run_wrk, stop
 
 LUA = """
 local counter = 0
@@ -47,6 +49,17 @@ def commands(port: int) -> dict[str, list[str]]:
     granian = ensure_granian()
     return {
         "httptools": [sys.executable, str(SERVERS / "probe_httptools.py"), str(port)],
+        "microbatch-front": [
+            sys.executable,
+            "-m",
+            "microbatch",
+            "serve",
+            "echo_servable:servable",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
         "granian-rsgi": [
             str(granian / "granian"),
             "--interface",
@@ -92,14 +105,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "probe.lua"
         script.write_text(LUA + LUA_DONE)
-        for name in ("httptools", "granian-rsgi"):
+        for name in ("httptools", "granian-rsgi", "microbatch-front"):
             port = free_port()
             process = subprocess.Popen(
                 commands(port)[name],
                 cwd=SERVERS,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONPATH": str(SERVERS)},
+                env={**os.environ, "PYTHONPATH": f"{SERVERS}:{ROOT / 'src'}"},
                 start_new_session=True,
             )
             try:
