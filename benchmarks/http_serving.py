@@ -75,7 +75,7 @@ MICROBATCH = Contender(
     predict_path="/predict",
     health_path="/health/ready",
     settings="Service, 1 process Stage, BatchConfig(max_batch_size=64, "
-    "max_latency_ms=10), adaptive policy",
+    "max_latency_ms=10; 5 on scalar), adaptive policy",
 )
 
 CONTENDERS = {
@@ -97,7 +97,7 @@ CONTENDERS = {
             packages=("mosec", "numpy"),
             predict_path="/inference",
             health_path="/",
-            settings="append_worker(num=1, max_batch_size=64, max_wait_time=10 ms)",
+            settings="append_worker(num=1, max_batch_size=64, max_wait_time=10 ms; 5 on scalar)",
         ),
         Contender(
             name="litserve",
@@ -106,7 +106,8 @@ CONTENDERS = {
             packages=("litserve", "numpy"),
             predict_path="/predict",
             health_path="/health",
-            settings="LitAPI(max_batch_size=64, batch_timeout=0.01), workers_per_device=1, cpu",
+            settings="LitAPI(max_batch_size=64, batch_timeout=0.01; 0.005 on scalar), "
+            "workers_per_device=1, cpu",
         ),
         Contender(
             name="fastapi",
