@@ -292,3 +292,32 @@ def run_wrk(url: str, script: Path, connections: int, seconds: float) -> dict[st
 def fmt(value: float | None) -> str:
     """A number with one decimal, or ``n/a``."""
     return "n/a" if value is None else f"{value:.1f}"
+
+
+# -- CPU -----------------------------------------------------------------------------
+
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S  # utime, stime
+
+
+def group_cpu_s(leader: int) -> float:
+    """CPU seconds used so far by every live process of ``leader``'s process group."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(fields[2]) == leader:  # pgrp
+            total += (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
+    return total

@@ -11,14 +11,20 @@ plot is skipped without it). Load goes only to 127.0.0.1; every server is starte
 in its own process group and stopped by that group's id.
 
 For each workload (``sim``: simulated accelerator; ``numpy``: one 256x256 float32
-layer, BLAS pinned to 1 thread) and each contender, one server is started, checked
-for correctness (concurrent distinct inputs, every ``y == 2x``), then driven by
+layer, BLAS pinned to 1 thread; ``scalar``: *scalar numpy*, ``{"x": float}`` expanded
+to 256 floats, the same layer, ``{"y": float}`` back, 5 ms wait) and each contender,
+one server is started, checked for correctness (concurrent distinct inputs, each
+answer its own: ``y == 2x``; on ``scalar``, y as computed here), then driven by
 ``wrk`` in closed loop at each connection level: a warm-up, then the measured run.
-The model counts its batches into a file, which gives the mean batch size. Every
-contender has one model worker, max batch 64 and a 10 ms wait (see
-``benchmarks/servers/`` for exactly what each one gets).
+The model counts its batches into a file, which gives the mean batch size; the CPU
+time of the server's processes over the measured run (``/proc`` utime + stime)
+divided by its requests gives the CPU per request: of the serving process (the one
+started: for microbatch, the process that speaks HTTP and batches) and of every
+process of the server (its process group: model workers, MOSEC's Rust front). Every
+contender has one model worker, max batch 64 and a 10 ms wait (5 ms on ``scalar``;
+see ``benchmarks/servers/`` for exactly what each one gets).
 
-Writes ``benchmarks/results/http.json``, ``http.md`` and ``http.png``. Timings on a
+Writes ``benchmarks/results/http.json``, ``http.md`` and ``http.png`` (``--name``). Timings on a
 shared machine are noisy: compare the ratios within one run.
 """
 
@@ -47,15 +53,17 @@ from harness import (
     Running,
     ensure_venv,
     fmt,
+    group_cpu_s,
     machine,
     microbatch_serve_available,
+    process_cpu_s,
     run_wrk,
     serving,
     versions,
 )
 
 sys.path.insert(0, str(SERVERS))
-from workloads import MAX_BATCH, MAX_WAIT_MS, WIDTH, Workload, read_counter
+from workloads import MAX_BATCH, WAIT_MS, WIDTH, Workload, read_counter
 
 LEVELS = [1, 16, 64, 256]
 
@@ -67,7 +75,7 @@ MICROBATCH = Contender(
     predict_path="/predict",
     health_path="/health/ready",
     settings="Service, 1 process Stage, BatchConfig(max_batch_size=64, "
-    "max_latency_ms=10), adaptive policy",
+    "max_latency_ms=10; 5 on scalar), adaptive policy",
 )
 
 CONTENDERS = {
@@ -89,7 +97,7 @@ CONTENDERS = {
             packages=("mosec", "numpy"),
             predict_path="/inference",
             health_path="/",
-            settings="append_worker(num=1, max_batch_size=64, max_wait_time=10 ms)",
+            settings="append_worker(num=1, max_batch_size=64, max_wait_time=10 ms; 5 on scalar)",
         ),
         Contender(
             name="litserve",
@@ -98,7 +106,8 @@ CONTENDERS = {
             packages=("litserve", "numpy"),
             predict_path="/predict",
             health_path="/health",
-            settings="LitAPI(max_batch_size=64, batch_timeout=0.01), workers_per_device=1, cpu",
+            settings="LitAPI(max_batch_size=64, batch_timeout=0.01; 0.005 on scalar), "
+            "workers_per_device=1, cpu",
         ),
         Contender(
             name="fastapi",
@@ -147,7 +156,7 @@ wrk.body = '%s'
 
 def lua_script(workload: str, directory: Path) -> Path:
     """The wrk script for a workload: distinct ``x`` per request (sim) or a fixed vector."""
-    if workload == "sim":
+    if workload in ("sim", "scalar"):
         text = LUA_SIM
     else:
         vector = json.dumps({"x": [round((i % 17) / 17 - 0.5, 4) for i in range(WIDTH)]})
@@ -170,13 +179,19 @@ def measure(
     url = running.base + contender.predict_path
     if warmup_s > 0:
         run_wrk(url, script, connections, warmup_s)
+    pid = running.process.pid
     before = read_counter(str(counter))
+    cpu_before = process_cpu_s(pid), group_cpu_s(pid)
     summary = run_wrk(url, script, connections, seconds)
+    cpu_after = process_cpu_s(pid), group_cpu_s(pid)
     after = read_counter(str(counter))
     batches, items = after[0] - before[0], after[1] - before[1]
     duration_s = summary["duration_us"] / 1e6
     errors = sum(summary[key] for key in ("connect", "read", "write", "timeout"))
+    requests = max(1, summary["requests"])
     return {
+        "server_cpu_us": 1e6 * (cpu_after[0] - cpu_before[0]) / requests,
+        "all_cpu_us": 1e6 * (cpu_after[1] - cpu_before[1]) / requests,
         "connections": connections,
         "req_per_s": summary["requests"] / duration_s,
         "p50_ms": summary["p50_us"] / 1e3,
@@ -202,7 +217,7 @@ def check_correct(running: Running, contender: Contender, workload: str) -> dict
         try:
             for j in range(20):
                 x = index * 1000 + j + 0.25
-                body = {"x": x} if workload == "sim" else {"x": [x / 1e4] * WIDTH}
+                body = {"x": [x / 1e4] * WIDTH} if workload == "numpy" else {"x": x}
                 connection.request(
                     "POST",
                     contender.predict_path,
@@ -223,9 +238,19 @@ def check_correct(running: Running, contender: Contender, workload: str) -> dict
 
 
 def _is_right(workload: str, x: float, data: Any) -> bool:
+    if not isinstance(data, dict):
+        return False
     if workload == "sim":
-        return isinstance(data, dict) and data.get("y") == 2 * x
-    return isinstance(data, dict) and len(data.get("y", ())) == WIDTH
+        return data.get("y") == 2 * x
+    if workload == "scalar":
+        expected = _scalar_model.predict([{"x": x}])[0]["y"]
+        return isinstance(data.get("y"), float) and abs(data["y"] - expected) <= 1e-3 * max(
+            1.0, abs(expected)
+        )
+    return len(data.get("y", ())) == WIDTH
+
+
+_scalar_model = Workload("scalar", None)  # the expected answers, computed here
 
 
 # -- one contender, all levels ---------------------------------------------------------
@@ -250,7 +275,8 @@ def bench_contender(
             print(
                 f"[{contender.name}/{workload}] c={connections:3d} {row['req_per_s']:8.0f} req/s "
                 f"p50 {row['p50_ms']:7.2f} ms p99 {row['p99_ms']:7.2f} ms "
-                f"non2xx {row['non2xx']} batch {fmt(row['mean_batch'])}",
+                f"non2xx {row['non2xx']} batch {fmt(row['mean_batch'])} "
+                f"cpu/req {row['server_cpu_us']:.1f} us (all {row['all_cpu_us']:.1f} us)",
                 flush=True,
             )
     return {"correctness": correctness, "levels": rows}
@@ -260,7 +286,7 @@ def bare_model_ms(workload: str, calls: int = 200) -> float:
     """Median milliseconds of one model call on one item, in this process: what a
     server adds at 1 connection is its p50 less this."""
     model = Workload(workload, None)
-    body = {"x": 1.5} if workload == "sim" else {"x": [0.25] * WIDTH}
+    body = {"x": [0.25] * WIDTH} if workload == "numpy" else {"x": 1.5}
     times = []
     for _ in range(calls):
         started = time.perf_counter()
@@ -308,25 +334,30 @@ def markdown(report: dict[str, Any]) -> str:
         "# HTTP serving, side by side",
         "",
         f"{report['machine']}; wrk closed loop, {report['duration_s']:g} s per level after "
-        f"{report['warmup_s']:g} s warm-up. Max batch {MAX_BATCH}, wait {MAX_WAIT_MS:g} ms.",
+        f"{report['warmup_s']:g} s warm-up. Max batch {MAX_BATCH}; wait "
+        + ", ".join(f"{name} {ms:g} ms" for name, ms in WAIT_MS.items())
+        + ". CPU/req: CPU time over the run per request, of the serving process "
+        "(server) and of all the server's processes (all).",
         "",
     ]
     for workload, by_contender in report["results"].items():
         lines += [
             f"## Workload `{workload}`",
             "",
-            "| contender | conns | req/s | p50 ms | p99 ms | non-2xx | socket err | mean batch |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|",
+            "| contender | conns | req/s | p50 ms | p99 ms | non-2xx | socket err | mean batch "
+            "| CPU µs/req server | CPU µs/req all |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for name, data in by_contender.items():
             if "levels" not in data:
-                lines.append(f"| {name} | — | {data.get('skipped', 'not run')} | | | | | |")
+                lines.append(f"| {name} | — | {data.get('skipped', 'not run')} | | | | | | | |")
                 continue
             for row in data["levels"]:
                 lines.append(
                     f"| {name} | {row['connections']} | {row['req_per_s']:.0f} | "
                     f"{row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['non2xx']} | "
-                    f"{row['socket_errors']} | {fmt(row['mean_batch'])} |"
+                    f"{row['socket_errors']} | {fmt(row['mean_batch'])} | "
+                    f"{fmt(row.get('server_cpu_us'))} | {fmt(row.get('all_cpu_us'))} |"
                 )
         lines.append("")
         correct = {
@@ -398,12 +429,18 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
     parser.add_argument(
-        "--workloads", nargs="+", default=["sim", "numpy"], choices=["sim", "numpy"]
+        "--workloads",
+        nargs="+",
+        default=["sim", "numpy", "scalar"],
+        choices=["sim", "numpy", "scalar"],
     )
     parser.add_argument("--levels", nargs="+", type=int, default=LEVELS, help="connections")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds measured per level")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up per level")
     parser.add_argument("--out-dir", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--name", default="http", help="report file names: NAME.json, NAME.md, NAME.png"
+    )
     parser.add_argument("--logs", type=Path, default=RESULTS / "logs", help="server logs")
     return parser.parse_args()
 
@@ -446,11 +483,12 @@ def main() -> None:
     report["ratios"] = ratios(results)
     report["bare_model_ms"] = bare
     report["added_ms"] = added_latency(results, bare)
-    (args.out_dir / "http.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out_dir / "http.md").write_text(markdown(report))
-    plotted = plot(report, args.out_dir / "http.png")
+    name = args.name
+    (args.out_dir / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (args.out_dir / f"{name}.md").write_text(markdown(report))
+    plotted = plot(report, args.out_dir / f"{name}.png")
     print(markdown(report))
-    print(f"wrote {args.out_dir}/http.json, http.md" + (", http.png" if plotted else ""))
+    print(f"wrote {args.out_dir}/{name}.json, {name}.md" + (f", {name}.png" if plotted else ""))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,11 @@ virtualenv can import it. The workload is chosen by ``BENCH_WORKLOAD``:
 * ``numpy``: one 256x256 float32 layer per batch (matmul, then relu);
   ``{"x": [256 floats]}`` -> ``{"y": [256 floats]}``. BLAS threads are pinned to 1
   by the harness (``OPENBLAS_NUM_THREADS`` and friends).
+* ``scalar``: *scalar numpy* (issue 15): ``{"x": float}`` -> ``{"y": float}``; each x
+  is expanded to a 256-float vector (x times a fixed ramp), one ``(n x 256) @
+  (256 x 256)`` float32 layer runs per batch (then relu), and y is the sum of its
+  row. Small requests, real model work: this measures the HTTP front. Its wait is
+  5 ms (the others' 10 ms).
 
 Every batch is counted into ``BENCH_COUNTER_FILE`` (see ``counter.py``), which the
 harness reads before and after a run to get the mean batch size.
@@ -25,8 +30,11 @@ from counter import BatchCounter, read_counter
 __all__ = ["MAX_BATCH", "MAX_WAIT_MS", "Workload", "load", "read_counter"]
 
 MAX_BATCH = 64
-MAX_WAIT_MS = 10.0
 WIDTH = 256
+WAIT_MS = {"sim": 10.0, "numpy": 10.0, "scalar": 5.0}
+"""Each workload's longest wait for a batch to fill."""
+MAX_WAIT_MS = WAIT_MS.get(os.environ.get("BENCH_WORKLOAD", "sim"), 10.0)
+"""The wait of the workload this process serves (servers read it at import)."""
 
 
 class Workload:
@@ -35,7 +43,8 @@ class Workload:
     def __init__(self, name: str, counter_path: str | None) -> None:
         self.name = name
         self._counter = BatchCounter(counter_path)
-        self._run: Callable[[list[Any]], list[Any]] = {"sim": _simulated, "numpy": _layer()}[name]
+        runs = {"sim": lambda: _simulated, "numpy": _layer, "scalar": _scalar_layer}
+        self._run: Callable[[list[Any]], list[Any]] = runs[name]()
 
     def predict(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Run one batch of request bodies; return one reply body per request."""
@@ -56,6 +65,19 @@ def _layer() -> Callable[[list[Any]], list[Any]]:
     def run(xs: list[list[float]]) -> list[list[float]]:
         batch = np.asarray(xs, dtype=np.float32)
         return np.maximum(batch @ weights, 0.0).tolist()  # type: ignore[no-any-return]
+
+    return run
+
+
+def _scalar_layer() -> Callable[[list[Any]], list[Any]]:
+    import numpy as np
+
+    weights = np.random.default_rng(0).standard_normal((WIDTH, WIDTH), dtype=np.float32) / 16
+    ramp = np.linspace(-1.0, 1.0, WIDTH, dtype=np.float32)
+
+    def run(xs: list[float]) -> list[float]:
+        batch = np.asarray(xs, dtype=np.float32)[:, None] * ramp
+        return np.maximum(batch @ weights, 0.0).sum(axis=1).tolist()  # type: ignore[no-any-return]
 
     return run
 

@@ -20,6 +20,7 @@ from functools import partial
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
+from ._deadlines import DeadlineWatch
 from ._inprocess import FunctionRunner, function_runner
 from ._intake import Intake
 from ._queue import Pending
@@ -148,6 +149,7 @@ class Batcher(Generic[T, R]):
         self._all_done: asyncio.Event | None = None  # made by close() to wait on
         self._timer: Timer | None = None
         self._timer_at = 0.0
+        self._deadlines: DeadlineWatch[_Entry] = DeadlineWatch(self._clock, self._expire)
         self._loop_ref: weakref.ref[asyncio.AbstractEventLoop] | None = None
         self._max_queue = self.config.max_queue
 
@@ -220,6 +222,7 @@ class Batcher(Generic[T, R]):
             await self._all_done.wait()
         if self._own_runner is not None:
             self._own_runner.close()
+        self._deadlines.close()
 
     async def __aenter__(self) -> Batcher[T, R]:
         return self
@@ -241,7 +244,7 @@ class Batcher(Generic[T, R]):
         now = self._now()
         entry = _Entry(item, size, now, loop.create_future(), deadline)
         if deadline is not None:
-            entry.timer = self._clock.call_at(deadline, partial(self._expire, entry))
+            self._deadlines.watch(entry, deadline)  # one timer for every item's deadline
         self._queue.add(entry, now)
         if self._may_release():
             self._dispatch()

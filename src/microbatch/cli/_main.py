@@ -1,7 +1,7 @@
 """The ``microbatch`` command: parse the command line (:mod:`._options`), run the command.
 
 Each command's module is imported when it runs, so that ``bench`` needs neither
-uvicorn nor Ray, and ``serve --ray`` without Ray is a clear message.
+the HTTP server nor Ray, and ``serve --ray`` without Ray is a clear message.
 """
 
 from __future__ import annotations

@@ -222,6 +222,30 @@ SERVE = Command(
             refused=f"{_NOT_RAY_HTTP}, and it has no header deadline",
         ),
         Option(
+            ("--max-header-bytes",),
+            "most bytes of a request's line and headers (then 431 and close)",
+            default=64 * 1024,
+            type=positive_int,
+            modes=frozenset({"plain", "workers"}),
+            refused=f"{_NOT_RAY_HTTP}, and it has its own header limit",
+        ),
+        Option(
+            ("--keep-alive-s",),
+            "an idle kept-alive connection is closed after this long",
+            default=5.0,
+            type=positive_float,
+            modes=frozenset({"plain", "workers"}),
+            refused=f"{_NOT_RAY_HTTP}, and it keeps connections alive its own way",
+        ),
+        Option(
+            ("--max-connections",),
+            "open connections per HTTP process; one more is answered 503 and closed",
+            default=4096,
+            type=positive_int,
+            modes=frozenset({"plain", "workers"}),
+            refused=f"{_NOT_RAY_HTTP}, and it has its own connection limit",
+        ),
+        Option(
             ("--graceful-timeout-s",),
             "on SIGTERM, longest wait for in-flight requests "
             "(--ray: each replica's graceful shutdown timeout)",

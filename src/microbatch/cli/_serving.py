@@ -8,7 +8,7 @@ import ipaddress
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 from ..http.app import HttpApp, HttpConfig
 from ..http.services import Services
@@ -44,6 +44,9 @@ def serve_settings(options: Parsed) -> ServeSettings:
         port=options.port,
         graceful_timeout_s=options.graceful_timeout_s,
         header_timeout_s=options.header_timeout_s,
+        max_header_bytes=options.max_header_bytes,
+        keep_alive_s=options.keep_alive_s,
+        max_connections=options.max_connections,
         log_level=options.log_level,
     )
 
@@ -83,8 +86,7 @@ def run_serve(options: Parsed) -> int:
     settings = serve_settings(options)
     if options.workers > 1:
         return serve_workers(options.target, served, config, settings, options.workers)
-    # Services and WithGrpc are drained and configured as an HttpApp is (duck-typed).
-    return serve(cast(HttpApp, app), settings)
+    return serve(app, settings)
 
 
 def _with_grpc(

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..http.asgi import Message, Receive, Scope, Send
+from ..http.predict import Predictor
 from .server import GrpcServer
 
 __all__ = ["DrainableApp", "WithGrpc"]
@@ -31,6 +32,12 @@ class DrainableApp(Protocol):
 
     def begin_draining(self) -> None:
         """Turn readiness off and refuse new items."""
+
+    def native_predictors(self) -> dict[str, Predictor]:
+        """The routes a server may answer without ASGI."""
+
+    def record(self, route: str, status: int, seconds: float) -> None:
+        """Count one request answered without ASGI."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The ASGI entry point."""
@@ -64,6 +71,14 @@ class WithGrpc:
     def draining(self) -> bool:
         """Shutdown has begun."""
         return self.app.draining
+
+    def native_predictors(self) -> dict[str, Predictor]:
+        """The HTTP app's: gRPC adds none."""
+        return self.app.native_predictors()
+
+    def record(self, route: str, status: int, seconds: float) -> None:
+        """Count one request answered without ASGI in the HTTP app's metrics."""
+        self.app.record(route, status, seconds)
 
     def begin_draining(self) -> None:
         """Turn both readinesses off and refuse new items on both protocols."""

@@ -13,7 +13,6 @@ import logging
 import math
 import sys
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -22,10 +21,9 @@ from typing import Any
 import msgspec
 
 from .. import __version__
-from ..errors import RemoteError
 from ..inference import InferenceModel
 from ..loading import as_servable
-from ..types import Servable, deadline_from
+from ..types import Servable
 from .asgi import (
     BODY_DEADLINE_EXTENSION,
     DISCONNECT_EXTENSION,
@@ -36,30 +34,32 @@ from .asgi import (
     header,
     send_response,
 )
-from .codecs import CODECS, JSON, Codec, Decoder, codec_for_accept, codec_for_content_type
+from .codecs import CODECS, JSON, Decoder
 from .inference_v2 import v2_routes
 from .metrics import HttpMetrics
 from .openai import embedding_routes
+from .predict import (
+    TIMEOUT_HEADER,
+    Predictor,
+    encode_result,
+    error_response,
+    timeout_from_header,
+)
 from .schema import docs_page, openapi_document
 from .status import (
     BadRequest,
     BodyTooLarge,
     BodyTooSlow,
-    ErrorBody,
     MethodNotAllowed,
     NotFound,
     NotReady,
     Unauthorized,
-    UnencodableResult,
-    error_reply,
 )
 
 __all__ = ["HttpApp", "HttpConfig", "app"]
 
 logger = logging.getLogger("microbatch.http")
 
-TIMEOUT_HEADER = b"x-request-timeout-ms"
-"""A client lowers its request's deadline with this header (milliseconds)."""
 
 _Handler = Callable[[Scope, Receive, Send], Awaitable[int]]
 _CLIENT_CLOSED = 499  # recorded in metrics only: nobody is left to answer
@@ -144,6 +144,39 @@ class HttpApp:
             self._routes[f"/predict/{route}"] = ("POST", handler, True)
         self._routes.update(v2_routes(self, {target.name: InferenceModel(target)}))
         self._routes.update(embedding_routes(self, {target.name: target}))
+        self._predictors = {
+            "/predict": self._predictor(None, self._decoders),
+            **{
+                f"/predict/{route}": self._predictor(route, _decoders(input_type))
+                for route, (input_type, _) in target.routes.items()
+            },
+        }
+
+    def _predictor(self, route: str | None, decoders: dict[str, Decoder]) -> Predictor:
+        return Predictor(
+            self,
+            self.servable,
+            route,
+            decoders,
+            self.config.default_timeout_s,
+            self.config.max_body_bytes,
+            self._expected_authorization,
+            "/predict" if route is None else f"/predict/{route}",
+        )
+
+    def native_predictors(self) -> dict[str, Predictor]:
+        """The predict routes a server may call without ASGI (see :mod:`.predict`),
+        by path: those whose entry in the route table is still the app's own."""
+        return {
+            path: predictor
+            for path, predictor in self._predictors.items()
+            if path in self._routes and _same_handler(self._routes[path][1], self)
+        }
+
+    def record(self, route: str, status: int, seconds: float) -> None:
+        """Count one request that a server answered without ASGI (see
+        :meth:`native_predictors`) in this app's metrics."""
+        self.metrics.record(route, status, seconds)
 
     @property
     def draining(self) -> bool:
@@ -192,17 +225,9 @@ class HttpApp:
             raise Unauthorized("a bearer token is required (Authorization: Bearer <token>)")
 
     async def _send_error(self, scope: Scope, send: Send, error: Exception) -> int:
-        reply = error_reply(error)
-        request_id = uuid.uuid4().hex[:16]
-        if reply.status >= 500 and reply.status not in (503, 504):
-            _log_failure(request_id, error)
-        try:
-            codec = codec_for_accept(header(scope, b"accept"))
-        except Exception:
-            codec = JSON
-        body = codec.encode(ErrorBody(reply.error, reply.message, request_id))
-        await send_response(send, reply.status, body, codec.media_type, reply.headers)
-        return reply.status
+        status, body, media_type, headers = error_response(error, header(scope, b"accept"))
+        await send_response(send, status, body, media_type, headers)
+        return status
 
     # -- routes ------------------------------------------------------------------
 
@@ -214,15 +239,11 @@ class HttpApp:
         route: str | None = None,
         decoders: dict[str, Decoder] | None = None,
     ) -> int:
-        if self._draining:
-            raise NotReady("the server is shutting down")
-        deadline = deadline_from(self._timeout_s(scope))
-        content_type = codec_for_content_type(header(scope, b"content-type")).name
-        decode = (self._decoders if decoders is None else decoders)[content_type]
-        encoder = codec_for_accept(header(scope, b"accept"))
+        predictor = self._predictors["/predict" if route is None else f"/predict/{route}"]
+        deadline, decode, encoder = predictor.check(scope["headers"], authorize=False)
         item = decode(await self._read_body(scope, receive))
         result = await self._result(scope, item, deadline, receive, route)
-        await send_response(send, 200, _encode(encoder, result), encoder.media_type)
+        await send_response(send, 200, encode_result(encoder, result), encoder.media_type)
         return 200
 
     async def _live(self, scope: Scope, receive: Receive, send: Send) -> int:
@@ -252,17 +273,7 @@ class HttpApp:
     # -- parts of a prediction ------------------------------------------------------
 
     def _timeout_s(self, scope: Scope) -> float:
-        default = self.config.default_timeout_s
-        given = header(scope, TIMEOUT_HEADER)
-        if given is None:
-            return default
-        try:
-            milliseconds = float(given)
-        except ValueError:
-            milliseconds = math.nan
-        if not 0 < milliseconds < math.inf:
-            raise BadRequest("X-Request-Timeout-Ms must be a number of milliseconds > 0")
-        return min(default, milliseconds / 1000.0)
+        return timeout_from_header(header(scope, TIMEOUT_HEADER), self.config.default_timeout_s)
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
         limit = self.config.max_body_bytes
@@ -399,26 +410,9 @@ def _decoders(item_type: Any) -> dict[str, Decoder]:
     return {codec.name: codec.make_decoder(item_type) for codec in CODECS}
 
 
-def _encode(codec: Codec, result: Any) -> bytes:
-    try:
-        return codec.encode(result)
-    except (TypeError, ValueError, NotImplementedError, OverflowError) as error:
-        raise UnencodableResult(
-            f"the result ({type(result).__name__}) cannot be encoded as {codec.name}"
-        ) from error
-
-
-def _log_failure(request_id: str, error: BaseException) -> None:
-    if isinstance(error, RemoteError):
-        logger.error(
-            "request %s: the model raised %s: %s\n%s",
-            request_id,
-            error.type_name,
-            error.message,
-            error.traceback_text,
-        )
-    else:
-        logger.error("request %s failed", request_id, exc_info=error)
+def _same_handler(handler: _Handler, app: HttpApp) -> bool:
+    """Whether ``handler`` is the app's own predict handler (not replaced since)."""
+    return handler == app._predict or getattr(handler, "func", None) == app._predict
 
 
 def app(

@@ -32,6 +32,7 @@ from .asgi import Receive, Scope, Send, header, send_response
 from .codecs import JSON
 from .inference_v2 import v2_routes
 from .openai import embedding_routes
+from .predict import Predictor
 from .routing import CLIENT_CLOSED, RouteTable
 from .service_metrics import ServicesMetrics
 from .status import ErrorBody, MethodNotAllowed, NotFound, NotReady, Unauthorized, error_reply
@@ -74,6 +75,13 @@ class Services:
             **v2_routes(self, models),
             **embedding_routes(self, {name: app.servable for name, app in self.apps.items()}),
         }
+
+    def native_predictors(self) -> dict[str, Predictor]:
+        """None: every route of several services goes through ASGI (``/{name}/...``)."""
+        return {}
+
+    def record(self, route: str, status: int, seconds: float) -> None:
+        """Never called: no route is answered without ASGI (see :meth:`native_predictors`)."""
 
     @property
     def draining(self) -> bool:

@@ -1,2 +1,2 @@
-"""Running servers: the HTTP/1.1 connection layer under uvicorn, several HTTP
+"""Running servers: microbatch's own HTTP/1.1 connection layer, several HTTP
 processes in front of one hub (``serve --workers``), signals and drain."""

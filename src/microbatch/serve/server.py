@@ -1,39 +1,35 @@
-"""The HTTP server of ``microbatch serve``: the ASGI app under uvicorn (uvloop, httptools).
+"""The HTTP server of ``microbatch serve``: the app on microbatch's own HTTP/1.1
+connection layer (:mod:`.connection`, on uvloop and httptools).
 
-On top of uvicorn: an absolute deadline and a size cap on reading request headers
-(against slow or endless headers), a socket bound before serving so that port 0
-works, the bound URL printed once the service is ready, and SIGTERM/SIGINT turning
-readiness to 503 at once before uvicorn's graceful shutdown, with exit status 0.
+The server binds its socket before serving (so that port 0 works), runs the app's
+ASGI lifespan, prints the bound URL once the service is ready, and on SIGTERM/SIGINT
+turns readiness to 503 at once, stops accepting, lets every accepted request finish
+(up to the graceful timeout), closes the service and exits with status 0.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
-import math
+import logging
 import signal
 import socket
-import weakref
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, Protocol
 
-import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+import uvloop
 
-from ..http.app import HttpApp
-from ..http.asgi import BODY_DEADLINE_EXTENSION, DISCONNECT_EXTENSION
+from ..http.asgi import Receive, Scope, Send
+from ..http.predict import Predictor
+from .connection import ConnectionLimits, Front
+from .lifespan import Lifespan, LifespanFailed
 
-__all__ = ["HeaderGuardedProtocol", "ServeSettings", "bind", "listen_url", "serve"]
+__all__ = ["ServeSettings", "ServedApp", "bind", "listen_url", "serve"]
 
+logger = logging.getLogger("microbatch.serve")
 
-_REQUEST_TIMEOUT = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-_HEADERS_TOO_LARGE = (
-    b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-    b"content-length: 0\r\nconnection: close\r\n\r\n"
-)
-
-_JOIN_LIMIT = 64 * 1024  # smaller bodies are copied behind the head; larger go as a list
+STARTUP_FAILED = 3
+"""The exit status when the service cannot start."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +44,7 @@ class ServeSettings:
             response) until a request's headers are complete; then 408 and close.
         max_header_bytes: Most bytes of request headers; then 431 and close.
         keep_alive_s: Idle keep-alive connections are closed after this long.
-        max_connections: Connections plus running requests; beyond it uvicorn answers 503.
+        max_connections: Open connections; one more is answered 503 and closed.
         log_level: ``debug``, ``info``, ``warning`` or ``error``.
     """
 
@@ -62,241 +58,43 @@ class ServeSettings:
     log_level: str = "info"
 
 
-class HeaderGuardedProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with read deadlines, a header size cap, and a
-    disconnect hook for the app.
+class ServedApp(Protocol):
+    """What :func:`serve` runs: an ASGI app that drains, and the predict routes it lets
+    the connection layer call without ASGI (:class:`~microbatch.http.HttpApp`, the
+    several-services app, either with gRPC beside it)."""
 
-    uvicorn alone has no read deadline: its keep-alive timer stops at the first
-    byte, so a client sending a request one byte at a time holds a connection for as
-    long as it likes (slowloris). Here one timer covers each request: its headers must
-    be complete ``header_timeout_s`` after the connection opened (or the previous
-    response went out), and its body ``body_timeout_s`` after the headers; then 408
-    and close.
+    @property
+    def config(self) -> Any:
+        """The HTTP settings (``body_timeout_s`` is read here)."""
 
-    Each request's scope carries two ASGI extensions (see :mod:`.asgi`): the body
-    deadline is enforced here (so the app needs no timer of its own), and the app
-    may register a callback that runs if the client disconnects before the response
-    is complete (so it needs no task watching ``receive()``).
-    """
+    def begin_draining(self) -> None:
+        """Turn readiness off and refuse new items."""
 
-    header_timeout_s = 10.0
-    body_timeout_s = 30.0
-    max_header_bytes = 64 * 1024
+    def native_predictors(self) -> dict[str, Predictor]:
+        """The routes answered without ASGI, by path (may be empty)."""
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._header_bytes = 0
-        self._read_timer: asyncio.TimerHandle | None = None
-        self._timer_at = math.inf  # when the armed timer fires
-        self._due = math.inf  # the current read deadline (none while the app answers)
-        self._reading_headers = False
-        self._on_disconnect: Callable[[], None] | None = None
-        self._extensions: dict[str, dict[object, object]] = {
-            DISCONNECT_EXTENSION: {"register": self._register_disconnect},
-            BODY_DEADLINE_EXTENSION: {"timeout_s": self.body_timeout_s},
-        }
-        self._in_body = False  # bytes that arrive now are a body's, not headers
-        self._await_headers()
+    def record(self, route: str, status: int, seconds: float) -> None:
+        """Count one request answered without ASGI in the app's metrics."""
 
-    def data_received(self, data: bytes) -> None:
-        """Refuse headers that grow past the cap before the parser sees them (the
-        bytes up to the blank line that ends them count); feed the parser."""
-        if self._reading_headers and not self._in_body:
-            end = data.find(b"\r\n\r\n")
-            self._header_bytes += len(data) if end < 0 else end + 4
-            if self._header_bytes > self.max_header_bytes:
-                self._refuse(_HEADERS_TOO_LARGE)
-                return
-        super().data_received(data)
-
-    def on_message_begin(self) -> None:
-        """A new request: its scope gets the extensions."""
-        super().on_message_begin()
-        self.scope["extensions"] = self._extensions
-
-    def on_headers_complete(self) -> None:
-        """The headers are in: the body's deadline starts, and the request runs."""
-        self._reading_headers = False
-        self._in_body = True
-        self._read_by(self.loop.time() + self.body_timeout_s)
-        super().on_headers_complete()
-        if self.cycle is not None:
-            self.cycle.transport = _OneWriteResponses(self.transport, self.cycle)  # type: ignore[assignment]
-
-    def on_message_complete(self) -> None:
-        """The whole request is in (also one whose response went out before its body
-        was read): no read deadline until the response is out."""
-        self._due = math.inf
-        self._in_body = False
-        super().on_message_complete()
-
-    def on_response_complete(self) -> None:
-        """A response went out: the next request's headers get a fresh deadline."""
-        self._on_disconnect = None
-        super().on_response_complete()
-        if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
-            self._await_headers()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        """Stop the timer with the connection; tell the app if a response was due."""
-        self._stop_read_timer()
-        callback, self._on_disconnect = self._on_disconnect, None
-        self._extensions.clear()  # they refer back to this protocol: no cycle left
-        super().connection_lost(exc)
-        if callback is not None:
-            callback()
-
-    def _register_disconnect(self, callback: Callable[[], None]) -> None:
-        self._on_disconnect = callback
-
-    def _await_headers(self) -> None:
-        self._header_bytes = 0
-        self._reading_headers = True
-        self._read_by(self.loop.time() + self.header_timeout_s)
-
-    def _read_by(self, due: float) -> None:
-        """Set the read deadline. One timer per connection serves every request: it
-        is moved only to an earlier time; when it fires before the deadline (which
-        moved later meanwhile), it is armed again for it. So a request costs no timer
-        of its own."""
-        self._due = due
-        if due < self._timer_at:
-            if self._read_timer is not None:
-                self._read_timer.cancel()
-            self._timer_at = due
-            self._read_timer = self.loop.call_at(due, self._read_too_slow)
-
-    def _stop_read_timer(self) -> None:
-        self._reading_headers = False
-        self._due = math.inf
-        if self._read_timer is not None:
-            self._read_timer.cancel()
-            self._read_timer = None
-            self._timer_at = math.inf
-
-    def _read_too_slow(self) -> None:
-        self._read_timer = None
-        self._timer_at = math.inf
-        due = self._due
-        if due == math.inf:
-            return  # the app is answering: no read deadline now
-        if self.loop.time() < due:  # the deadline moved since the timer was armed
-            self._timer_at = due
-            self._read_timer = self.loop.call_at(due, self._read_too_slow)
-            return
-        if self._in_body and (self.cycle is None or self.cycle.response_started):
-            return  # the app answered before reading the whole body: not a slow read
-        self._refuse(_REQUEST_TIMEOUT)
-
-    def _refuse(self, response: bytes) -> None:
-        self._stop_read_timer()
-        if not self.transport.is_closing():
-            self.transport.write(response)
-            self.transport.close()
-
-
-class _OneWriteResponses:
-    """A request's view of its connection that sends a response's head together with
-    its first body part.
-
-    uvicorn writes the status line and headers, then the body, as two writes: two
-    ``send()`` calls and two packets for every small response. Holding the head back
-    until the body comes makes it one of each, which is most of the server's cost per
-    request after parsing.
-    """
-
-    __slots__ = ("_cycle", "_head", "_transport")
-
-    def __init__(self, transport: asyncio.Transport, cycle: RequestResponseCycle) -> None:
-        self._transport = transport
-        # Weak: the cycle holds this object as its transport, and a strong reference
-        # back would leave every request as garbage for the cyclic collector (whose
-        # full passes then paused the server for tens of milliseconds under load).
-        self._cycle = weakref.ref(cycle)
-        self._head: bytes | None = None
-
-    def write(self, data: bytes) -> None:
-        """Hold the response's head; send it with the next write."""
-        head = self._head
-        if head is not None:
-            self._head = None
-            if len(data) < _JOIN_LIMIT:
-                self._transport.write(head + data)
-            else:
-                self._transport.writelines((head, data))
-        elif (
-            (cycle := self._cycle()) is not None
-            and cycle.response_started
-            and not cycle.response_complete
-            and data.startswith(b"HTTP/")
-        ):
-            self._head = data
-        else:
-            self._transport.write(data)
-
-    def close(self) -> None:
-        """Send what is held, then close."""
-        if self._head is not None:
-            self._transport.write(self._head)
-            self._head = None
-        self._transport.close()
-
-    def is_closing(self) -> bool:
-        """Whether the connection is closing."""
-        return self._transport.is_closing()
-
-
-class _Server(uvicorn.Server):
-    """uvicorn's server: signals begin draining, the bound URL is printed when ready."""
-
-    def __init__(self, config: uvicorn.Config, app: HttpApp, url: str | None) -> None:
-        super().__init__(config)
-        self.app = app
-        self.url = url
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        """Handle SIGTERM/SIGINT in the event loop, and do not re-raise them on exit
-        (uvicorn does, which would end the process with the signal, not status 0)."""
-        loop = asyncio.get_running_loop()
-        signals = (signal.SIGTERM, signal.SIGINT)
-        for number in signals:
-            loop.add_signal_handler(number, self._on_signal, number)
-        try:
-            yield
-        finally:
-            for number in signals:
-                loop.remove_signal_handler(number)
-
-    def _on_signal(self, number: int) -> None:
-        if self.should_exit and number == signal.SIGINT:
-            self.force_exit = True
-        self.app.begin_draining()
-        self.should_exit = True
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        """Start the service and listen; then print the URL (on one line, flushed)."""
-        await super().startup(sockets)
-        if self.started:
-            quiet_garbage_collector()
-            if self.url is not None:
-                print(f"microbatch serving on {self.url}", flush=True)
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI entry point."""
 
 
 # The collector's youngest generation is collected after this many more container
-# objects were made than freed (Python's default: 700).
-GC_YOUNG_THRESHOLD = 7000
+# objects were made than freed: Python's default.
+GC_YOUNG_THRESHOLD = 700
 
 
 def quiet_garbage_collector() -> None:
     """Tune the collector of a process that is ready to serve.
 
     What is alive now (modules, the app, the model's code) lives as long as the
-    server: ``gc.freeze()`` takes it out of the collector's passes. A request's
-    objects are freed by reference counting; the collector only looks for reference
-    cycles, so its youngest generation is collected 10x less often. With Python's
-    defaults the passes took about 12% of the serving process's CPU under load, and
-    each full pass over the startup objects paused it for about 20 ms.
+    server: ``gc.freeze()`` takes it out of the collector's passes, so a full pass no
+    longer pauses the server for tens of milliseconds. The youngest generation keeps
+    Python's default threshold: the connection layer makes little cyclic garbage per
+    request (no ASGI cycle objects on the hot path), and with a 10x higher threshold
+    the full passes came so rarely that dead worker processes (objects in cycles,
+    holding pipe descriptors) piled up: the soak's descriptor count grew 6%.
     """
     gc.collect()
     gc.freeze()
@@ -305,9 +103,13 @@ def quiet_garbage_collector() -> None:
 
 
 def serve(
-    app: HttpApp, settings: ServeSettings, sock: socket.socket | None = None, announce: bool = True
+    app: ServedApp,
+    settings: ServeSettings,
+    sock: socket.socket | None = None,
+    announce: bool = True,
 ) -> int:
-    """Serve ``app`` until SIGTERM or SIGINT; return the exit status (0 after a drain).
+    """Serve ``app`` until SIGTERM or SIGINT; return the exit status (0 after a drain,
+    :data:`STARTUP_FAILED` if the service could not start).
 
     Args:
         app: The app.
@@ -320,31 +122,69 @@ def serve(
     """
     if sock is None:
         sock = bind(settings.host, settings.port)
-    protocol = type(
-        "ConfiguredHeaderGuardedProtocol",
-        (HeaderGuardedProtocol,),
-        {
-            "header_timeout_s": settings.header_timeout_s,
-            "body_timeout_s": app.config.body_timeout_s,
-            "max_header_bytes": settings.max_header_bytes,
-        },
-    )
-    config = uvicorn.Config(
-        app,
-        loop="uvloop",
-        http=protocol,
-        lifespan="on",
-        log_level=settings.log_level,
-        access_log=False,
-        timeout_keep_alive=int(max(1, settings.keep_alive_s)),
-        timeout_graceful_shutdown=int(max(1, settings.graceful_timeout_s)),
-        limit_concurrency=settings.max_connections,
-        proxy_headers=False,  # bound to loopback by default: no proxy to trust
-        server_header=False,
-    )
-    server = _Server(config, app, listen_url(settings.host, sock) if announce else None)
     with sock:
-        server.run(sockets=[sock])
+        return uvloop.run(_serve(app, settings, sock, announce))
+
+
+def limits_of(app: ServedApp, settings: ServeSettings) -> ConnectionLimits:
+    """The connection limits ``settings`` and the app's body timeout give."""
+    return ConnectionLimits(
+        header_timeout_s=settings.header_timeout_s,
+        body_timeout_s=app.config.body_timeout_s,
+        keep_alive_s=settings.keep_alive_s,
+        max_header_bytes=settings.max_header_bytes,
+        max_connections=settings.max_connections,
+    )
+
+
+async def _serve(
+    app: ServedApp, settings: ServeSettings, sock: socket.socket, announce: bool
+) -> int:
+    loop = asyncio.get_running_loop()
+    lifespan = Lifespan(app)
+    try:
+        await lifespan.startup()
+    except LifespanFailed as error:
+        logger.error("the service did not start: %s", error)
+        return STARTUP_FAILED
+    front = Front(app, limits_of(app, settings), app.native_predictors(), app.record)
+    stop = loop.create_future()
+    signals = (signal.SIGTERM, signal.SIGINT)
+
+    def on_signal(number: int) -> None:
+        app.begin_draining()
+        if not stop.done():
+            stop.set_result(None)
+        elif number == signal.SIGINT:
+            front.close_all()  # a second Ctrl-C: stop waiting
+
+    for number in signals:
+        loop.add_signal_handler(number, on_signal, number)
+    try:
+        sock.listen(2048)
+        server = await loop.create_server(front, sock=sock, backlog=2048)
+        quiet_garbage_collector()
+        if announce:
+            print(f"microbatch serving on {listen_url(settings.host, sock)}", flush=True)
+        await stop
+        server.close()
+        front.shut_down()
+        try:
+            await asyncio.wait_for(front.wait_closed(), settings.graceful_timeout_s)
+        except asyncio.TimeoutError:
+            logger.warning(
+                "%d connections still open after the graceful timeout", len(front.connections)
+            )
+            front.close_all()
+        await server.wait_closed()
+    finally:
+        for number in signals:
+            loop.remove_signal_handler(number)
+    try:
+        await lifespan.shutdown()
+    except LifespanFailed as error:
+        logger.error("the service did not close cleanly: %s", error)
+        return 1
     return 0
 
 

@@ -1,0 +1,256 @@
+"""``POST /predict`` and ``POST /predict/{route}`` without a transport: what the ASGI
+app and ``microbatch serve``'s own connection layer both call.
+
+A request is taken in two steps, so that a server can refuse it before reading its
+body: :meth:`Predictor.check` reads the headers the route needs (bearer token,
+``Content-Type``, ``Accept``, ``X-Request-Timeout-Ms``, ``Content-Length``) and
+works the deadline out once; :meth:`Predictor.submit` decodes the body straight from
+its bytes and hands the item to the servable. Errors become responses through
+:func:`error_response`, the one place both transports render them.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import math
+import time
+import uuid
+from collections.abc import Awaitable, Sequence
+from typing import Any, NamedTuple, Protocol
+
+from ..errors import RemoteError
+from ..types import Servable, deadline_from
+from .codecs import JSON, Codec, Decoder, codec_for_accept, codec_for_content_type
+from .status import (
+    BadRequest,
+    BodyTooLarge,
+    ErrorBody,
+    NotReady,
+    Unauthorized,
+    UnencodableResult,
+    error_reply,
+)
+
+__all__ = [
+    "TIMEOUT_HEADER",
+    "Checked",
+    "DrainState",
+    "Predictor",
+    "encode_result",
+    "error_response",
+    "timeout_from_header",
+]
+
+logger = logging.getLogger("microbatch.http")
+
+TIMEOUT_HEADER = b"x-request-timeout-ms"
+"""A client lowers its request's deadline with this header (milliseconds)."""
+
+RawHeaders = Sequence[tuple[bytes, bytes]]
+
+
+class DrainState(Protocol):
+    """What a predictor asks its app before taking an item: is it shutting down?"""
+
+    @property
+    def draining(self) -> bool:
+        """Shutdown has begun: no new item is taken."""
+
+
+class Checked(NamedTuple):
+    """A request whose headers passed: its deadline, body decoder and result codec."""
+
+    deadline: float | None
+    decode: Decoder
+    encoder: Codec
+
+
+class Predictor:
+    """One predict route of an app, transport-neutral.
+
+    Args:
+        app: Whose draining state is read on every request.
+        servable: The served model.
+        route: The servable's route name, or None for ``/predict`` (every stage).
+        decoders: A body decoder per codec name, for the route's input type.
+        default_timeout_s: A request's deadline from its arrival.
+        max_body_bytes: Largest body (413 above it).
+        authorization: The exact ``Authorization`` value required, or None.
+        label: The route's name in metrics (``/predict`` or ``/predict/{route}``).
+    """
+
+    __slots__ = (
+        "_app",
+        "_authorization",
+        "_by_accept",
+        "_by_content_type",
+        "_decoders",
+        "_default_timeout_s",
+        "_submit",
+        "label",
+        "max_body_bytes",
+        "route",
+    )
+
+    def __init__(
+        self,
+        app: DrainState,
+        servable: Servable[Any, Any],
+        route: str | None,
+        decoders: dict[str, Decoder],
+        default_timeout_s: float,
+        max_body_bytes: int,
+        authorization: bytes | None,
+        label: str,
+    ) -> None:
+        self._app = app
+        self._submit = servable.submit
+        self.route = route
+        self._decoders = decoders
+        self._default_timeout_s = default_timeout_s
+        self.max_body_bytes = max_body_bytes
+        self._authorization = authorization
+        self.label = label
+        # what the Content-Type and Accept values seen so far chose (a few, at most)
+        self._by_content_type: dict[bytes | None, Decoder] = {}
+        self._by_accept: dict[bytes | None, Codec] = {}
+
+    def check(self, headers: RawHeaders, *, authorize: bool = True) -> Checked:
+        """Everything about a request that its headers decide, before its body is read.
+
+        Args:
+            headers: The request's headers, names in lower case.
+            authorize: Check the bearer token here (False where the caller did).
+
+        Raises:
+            Unauthorized: The token is required and missing or wrong (401).
+            NotReady: The app is draining (503).
+            BadRequest: ``X-Request-Timeout-Ms`` or ``Content-Length`` is not valid (400).
+            BodyTooLarge: ``Content-Length`` is over the limit (413).
+            UnsupportedMediaType: ``Content-Type`` is neither JSON nor msgpack (415).
+            NotAcceptable: ``Accept`` names neither (406).
+        """
+        content_type = accept = timeout = length = authorization = None
+        for name, value in headers:  # one pass, only the names this route reads
+            if name == b"content-type":
+                content_type = value
+            elif name == b"accept":
+                accept = value
+            elif name == b"content-length":
+                length = value
+            elif name == TIMEOUT_HEADER:
+                timeout = value
+            elif name == b"authorization":
+                authorization = value
+        expected = self._authorization
+        if (
+            authorize
+            and expected is not None
+            and not hmac.compare_digest(authorization or b"", expected)
+        ):
+            raise Unauthorized("a bearer token is required (Authorization: Bearer <token>)")
+        if self._app.draining:
+            raise NotReady("the server is shutting down")
+        if timeout is None:
+            deadline: float | None = time.monotonic() + self._default_timeout_s
+        else:
+            deadline = deadline_from(timeout_from_header(timeout, self._default_timeout_s))
+        decode = self._by_content_type.get(content_type)
+        if decode is None:
+            decode = self._decoders[codec_for_content_type(content_type).name]
+            _remember(self._by_content_type, content_type, decode)
+        encoder = self._by_accept.get(accept)
+        if encoder is None:
+            encoder = codec_for_accept(accept)
+            _remember(self._by_accept, accept, encoder)
+        if length is not None:
+            try:
+                size = int(length)
+            except ValueError:
+                raise BadRequest("Content-Length is not a number") from None
+            if size > self.max_body_bytes:
+                raise BodyTooLarge(f"the body has {size} bytes; the limit is {self.max_body_bytes}")
+        return Checked(deadline, decode, encoder)
+
+    def submit(self, checked: Checked, body: bytes) -> Awaitable[Any]:
+        """Decode the body (4xx here, before any queue) and submit the item.
+
+        Raises:
+            msgspec.DecodeError: The body is malformed (400).
+            msgspec.ValidationError: It does not match the input type (422).
+        """
+        item = checked.decode(body)
+        return self._submit(item, deadline=checked.deadline, route=self.route)
+
+
+_REMEMBERED = 32
+
+
+def _remember(cache: dict[bytes | None, Any], key: bytes | None, value: Any) -> None:
+    """Keep ``value`` for ``key`` unless the cache is full (clients choose the keys)."""
+    if len(cache) < _REMEMBERED:
+        cache[key] = value
+
+
+def timeout_from_header(given: bytes | None, default: float) -> float:
+    """The request's timeout in seconds: ``default``, lowered by ``X-Request-Timeout-Ms``.
+
+    Raises:
+        BadRequest: The header is not a number of milliseconds > 0.
+    """
+    if given is None:
+        return default
+    try:
+        milliseconds = float(given)
+    except ValueError:
+        milliseconds = math.nan
+    if not 0 < milliseconds < math.inf:
+        raise BadRequest("X-Request-Timeout-Ms must be a number of milliseconds > 0")
+    return min(default, milliseconds / 1000.0)
+
+
+def encode_result(codec: Codec, result: Any) -> bytes:
+    """A result in the response's codec.
+
+    Raises:
+        UnencodableResult: The codec cannot carry it (500).
+    """
+    try:
+        return codec.encode(result)
+    except (TypeError, ValueError, NotImplementedError, OverflowError) as error:
+        raise UnencodableResult(
+            f"the result ({type(result).__name__}) cannot be encoded as {codec.name}"
+        ) from error
+
+
+def error_response(
+    error: Exception, accept: bytes | None
+) -> tuple[int, bytes, bytes, list[tuple[bytes, bytes]]]:
+    """An error as a response: status, body, media type and extra headers. Server
+    errors (500s other than 503 and 504) are logged under the request id the body
+    carries."""
+    reply = error_reply(error)
+    request_id = uuid.uuid4().hex[:16]
+    if reply.status >= 500 and reply.status not in (503, 504):
+        log_failure(request_id, error)
+    try:
+        codec = codec_for_accept(accept)
+    except Exception:
+        codec = JSON
+    body = codec.encode(ErrorBody(reply.error, reply.message, request_id))
+    return reply.status, body, codec.media_type, reply.headers
+
+
+def log_failure(request_id: str, error: BaseException) -> None:
+    """Log a server error: a model's own traceback, or ours."""
+    if isinstance(error, RemoteError):
+        logger.error(
+            "request %s: the model raised %s: %s\n%s",
+            request_id,
+            error.type_name,
+            error.message,
+            error.traceback_text,
+        )
+    else:
+        logger.error("request %s failed", request_id, exc_info=error)

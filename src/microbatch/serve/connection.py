@@ -1,0 +1,720 @@
+"""One HTTP/1.1 connection of ``microbatch serve``: httptools parses, this module keeps
+the connection's state, its limits and its single timer.
+
+**Strict on every request.** A request's headers are held back from the parser until
+their blank line has arrived, so their size cap is exact (also for a pipelined
+request, and when the blank line is split across reads) and nothing past the cap is
+ever buffered. A body is fed to the parser exactly to its ``Content-Length``, so the
+next pipelined request starts on a boundary; the next request is parsed only once
+the previous response is out. Deadlines: headers ``header_timeout_s`` after the
+connection opened or the previous response went out (an idle kept-alive connection
+closes after ``keep_alive_s``), a body ``body_timeout_s`` after its headers — also
+when it is being discarded after an early response; then 408 and close.
+
+**Cheap on the hot path.** ``POST /predict`` (and ``/predict/{route}``) skip ASGI:
+the headers the route reads are taken from one list, the body is decoded with
+msgspec from its bytes, the servable's ``submit`` runs in one task, and the
+response goes out in one write. One timer per connection serves every request: it
+is moved only to an earlier time, and re-armed when it fires before a deadline that
+moved later. Every other route goes through the ASGI app (:mod:`.asgi_cycle`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+from urllib.parse import unquote
+
+import httptools
+
+from ..clock import Clock, Timer
+from ..http.asgi import BODY_DEADLINE_EXTENSION, DISCONNECT_EXTENSION
+from ..http.codecs import Codec
+from ..http.predict import Checked, Predictor, encode_result, error_response
+from ..http.status import BodyTooLarge
+from .asgi_cycle import AsgiCycle
+from .chunked import TOO_LONG, ChunkedEnd
+from .responses import (
+    BAD_REQUEST,
+    CONTINUE,
+    HEADERS_TOO_LARGE,
+    REQUEST_TIMEOUT,
+    SERVICE_UNAVAILABLE,
+    head,
+    ok_head,
+)
+
+__all__ = ["ConnectionLimits", "Front", "HttpConnection"]
+
+logger = logging.getLogger("microbatch.serve")
+
+_BLANK_LINE = b"\r\n\r\n"
+_CLOSE = b"connection: close\r\n"
+_KEEP_ALIVE = b"connection: keep-alive\r\n"
+_ASGI = {"version": "3.0", "spec_version": "2.3"}
+_CLIENT_CLOSED = 499  # recorded in metrics only: nobody is left to answer
+
+# phases of a connection
+_HEAD = 0  # waiting for a request's headers (idle included)
+_BODY = 1  # reading a request's body
+_WAIT = 2  # the request is in; its response is not out yet
+_CLOSED = 3
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """The limits every connection keeps.
+
+    Args:
+        header_timeout_s: Longest time from a connection's start (or its previous
+            response) until a request's headers are complete; then 408 and close.
+        body_timeout_s: Longest time from a request's headers to the end of its body;
+            then 408 and close.
+        keep_alive_s: An idle connection (no byte of a next request) closes after this.
+        max_header_bytes: Most bytes of a request's line and headers; then 431 and close.
+        max_connections: Open connections; one more is answered 503 and closed.
+    """
+
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    keep_alive_s: float = 5.0
+    max_header_bytes: int = 64 * 1024
+    max_connections: int = 4096
+
+
+AsgiApp = Callable[[Any, Any, Any], Awaitable[None]]
+Record = Callable[[str, int, float], None]
+
+
+class Front:
+    """What the connections of one server share: the app, its fast routes, the limits,
+    and the open connections (for the cap and the drain).
+
+    Args:
+        app: The ASGI app (every route that is not a fast one).
+        limits: The connection limits.
+        predictors: Fast routes by path (see :meth:`HttpApp.native_predictors`).
+        record: Records a finished fast request (route, status, seconds).
+        clock: Reads the time and sets the connections' timers; by default the
+            running loop's (tests pass a :class:`~microbatch.testing.FakeClock`).
+    """
+
+    def __init__(
+        self,
+        app: AsgiApp,
+        limits: ConnectionLimits,
+        predictors: Mapping[str, Predictor] | None = None,
+        record: Record | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.app = app
+        self.clock = clock
+        self.limits = limits
+        self.predictors = {path.encode(): p for path, p in (predictors or {}).items()}
+        self.record: Record = record if record is not None else _ignore
+        self.connections: set[HttpConnection] = set()
+        self.closing = False
+        self._all_closed: asyncio.Future[None] | None = None
+
+    def __call__(self) -> HttpConnection:
+        """A protocol for a new connection (``loop.create_server(front, ...)``)."""
+        return HttpConnection(self)
+
+    def shut_down(self) -> None:
+        """Take no new request: idle connections close now, busy ones after their
+        response."""
+        self.closing = True
+        for connection in list(self.connections):
+            connection.shut_down()
+
+    async def wait_closed(self) -> None:
+        """Until every connection is closed."""
+        if self.connections:
+            self._all_closed = asyncio.get_running_loop().create_future()
+            await self._all_closed
+
+    def close_all(self) -> None:
+        """Close every connection now (after the graceful timeout)."""
+        for connection in list(self.connections):
+            connection.abort()
+
+    def forget(self, connection: HttpConnection) -> None:
+        """A connection closed."""
+        self.connections.discard(connection)
+        waiter = self._all_closed
+        if not self.connections and waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+def _ignore(route: str, status: int, seconds: float) -> None:
+    pass
+
+
+class _LoopClock:
+    """The event loop's own clock and timers (what a connection uses by default)."""
+
+    __slots__ = ("call_at", "now")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.now = loop.time
+        self.call_at = loop.call_at
+
+
+class _ClosedParser:
+    """Stands in for a closed connection's parser (which referred back to it)."""
+
+    def feed_data(self, data: bytes) -> None:
+        raise httptools.HttpParserError("the connection is closed")
+
+
+_CLOSED_PARSER: Any = _ClosedParser()
+
+
+class HttpConnection(asyncio.Protocol):
+    """One client connection (see the module's docstring).
+
+    Args:
+        front: What the server's connections share.
+    """
+
+    def __init__(self, front: Front) -> None:
+        self._front = front
+        self._limits = front.limits
+        self._loop = asyncio.get_running_loop()
+        self._clock = front.clock if front.clock is not None else _LoopClock(self._loop)
+        self._parser: Any = httptools.HttpRequestParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._phase = _HEAD
+        self._buffer = b""  # bytes received, not yet given to the parser
+        self._scanned = 0  # bytes of the buffer already searched for the blank line
+        self._processing = False
+        self._reading_paused = False
+        self._held_for_app = False
+        self._write_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        # the one timer
+        self._timer: Timer | None = None
+        self._timer_at = math.inf
+        self._due = math.inf
+        self._head_since = 0.0
+        # the request being read or answered
+        self._url = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._remaining = 0  # body bytes still to feed; -1: chunked
+        self._chunked: ChunkedEnd | None = None
+        self._continue = False
+        self._keep_alive = True
+        self._message_done = False
+        self._responded = False
+        self._http10 = False
+        self._body: list[bytes] = []
+        self._body_size = 0
+        self._predictor: Predictor | None = None
+        self._checked: Checked | None = None
+        self._started = 0.0
+        self._task: asyncio.Task[None] | None = None
+        self._cycle: AsgiCycle | None = None
+        self._ignore_parser = False
+
+    # -- asyncio.Protocol --------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Count the connection against the cap; start waiting for a request."""
+        transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        self._transport = transport
+        front = self._front
+        if len(front.connections) >= self._limits.max_connections or front.closing:
+            self._phase = _CLOSED
+            transport.write(SERVICE_UNAVAILABLE)
+            transport.close()
+            return
+        front.connections.add(self)
+        self._await_request()
+
+    def data_received(self, data: bytes) -> None:
+        """Hold the bytes; parse what the connection's phase allows."""
+        if self._phase == _CLOSED:
+            return
+        self._buffer = self._buffer + data if self._buffer else data
+        if not self._processing:
+            self._process()
+
+    def eof_received(self) -> bool | None:
+        """The client will send no more: it is gone (as for uvicorn; a half-closed
+        client waiting for a response is not told apart from one that left)."""
+        return None  # the transport closes; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Stop the timer; cancel a running prediction; tell the ASGI app."""
+        self._phase = _CLOSED
+        self._stop_timer()
+        self._front.forget(self)
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+        cycle = self._cycle
+        if cycle is not None:
+            cycle.disconnect()
+        for waiter in self._drain_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._drain_waiters.clear()
+        # The parser refers back to this protocol: break the cycle now, and drop what
+        # the last request held, rather than leave it to the cyclic collector.
+        self._parser = _CLOSED_PARSER
+        self._buffer = b""
+        self._body = []
+        self._headers = []
+        self._cycle = None
+
+    def pause_writing(self) -> None:
+        """The client reads slower than we write."""
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        """The client caught up: wake writers, parse what waited."""
+        self._write_paused = False
+        for waiter in self._drain_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._drain_waiters.clear()
+        if self._phase == _HEAD and self._buffer and not self._processing:
+            self._resume_reading()
+            self._process()
+
+    # -- feeding the parser ------------------------------------------------------
+
+    def _process(self) -> None:
+        """Give the parser what it may have now: a whole header block, or body bytes
+        up to the body's end. Stop while a response is pending."""
+        self._processing = True
+        try:
+            while self._buffer:
+                phase = self._phase
+                if phase == _HEAD:
+                    if self._write_paused or not self._take_head():
+                        break
+                elif phase == _BODY:
+                    self._take_body()
+                else:
+                    break
+        finally:
+            self._processing = False
+        if self._buffer and (self._phase == _WAIT or self._write_paused):
+            self._pause_reading()  # a pipelined request waits for this response
+
+    def _take_head(self) -> bool:
+        """Feed the next header block if its blank line is in; False if not yet."""
+        buffer = self._buffer
+        end = buffer.find(_BLANK_LINE, max(0, self._scanned - 3))
+        limit = self._limits.max_header_bytes
+        if end < 0:
+            if len(buffer) > limit:
+                self._refuse(HEADERS_TOO_LARGE)
+            else:
+                self._scanned = len(buffer)
+            return False
+        end += 4
+        if end > limit:
+            self._refuse(HEADERS_TOO_LARGE)
+            return False
+        self._scanned = 0
+        if end == len(buffer):
+            self._buffer = b""
+            self._feed(buffer)
+        else:
+            self._buffer = buffer[end:]
+            self._feed(buffer[:end])
+        return True
+
+    def _take_body(self) -> None:
+        buffer = self._buffer
+        remaining = self._remaining
+        chunked = self._chunked
+        if chunked is not None:  # up to the body's end, as its framing says
+            end = chunked.scan(buffer)
+            if end == TOO_LONG:
+                self._refuse(HEADERS_TOO_LARGE)
+                return
+            remaining = len(buffer) if end < 0 else end  # MALFORMED: the parser says so
+        if remaining >= len(buffer):
+            self._buffer = b""
+            self._feed(buffer)
+        else:
+            self._buffer = buffer[remaining:]
+            self._feed(buffer[:remaining])
+        if chunked is not None and end >= 0 and not self._message_done and self._phase == _BODY:
+            self._refuse(BAD_REQUEST)  # the parser and the framing disagree
+
+    def _feed(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._keep_alive = False  # no protocol switch: the request is answered, then close
+            self._ignore_parser = True
+            self._buffer = b""
+        except httptools.HttpParserError:
+            if self._ignore_parser:
+                self._buffer = b""
+            elif self._phase in (_HEAD, _BODY) and not self._responded and not self._started_asgi:
+                self._refuse(BAD_REQUEST)
+            else:
+                self._abort_request()
+
+    @property
+    def _started_asgi(self) -> bool:
+        cycle = self._cycle
+        return cycle is not None and cycle.started
+
+    # -- httptools callbacks -----------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        """A request starts."""
+        if self._ignore_parser:
+            return
+        self._url = b""
+        self._headers = []
+        self._remaining = 0
+        self._chunked = None
+        self._continue = False
+        self._message_done = False
+        self._responded = False
+        self._body = []
+        self._body_size = 0
+        self._predictor = None
+        self._checked = None
+        self._cycle = None
+
+    def on_url(self, url: bytes) -> None:
+        """A piece of the request target."""
+        if not self._ignore_parser:
+            self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        """One header (names in lower case; only the framing ones looked at here)."""
+        if self._ignore_parser:
+            return
+        name = name.lower()
+        self._headers.append((name, value))
+        if name == b"content-length":
+            try:
+                self._remaining = int(value)
+            except ValueError:
+                self._remaining = 0  # the parser refuses it
+        elif name == b"transfer-encoding":
+            self._remaining = -1
+            self._chunked = ChunkedEnd(self._limits.max_header_bytes)
+        elif name == b"expect":
+            self._continue = value.lower() == b"100-continue"
+
+    def on_headers_complete(self) -> None:
+        """The request's headers are in: take it on the fast path or through ASGI."""
+        if self._ignore_parser:
+            return
+        parser = self._parser
+        self._started = time.perf_counter()
+        self._http10 = parser.get_http_version() == "1.0"
+        self._keep_alive = parser.should_keep_alive() and not self._front.closing
+        has_body = self._remaining != 0
+        self._phase = _BODY
+        self._read_by(self._clock.now() + self._limits.body_timeout_s if has_body else math.inf)
+        method = parser.get_method()
+        url = self._url
+        path, _, query = url.partition(b"?")
+        predictor = self._front.predictors.get(path) if method == b"POST" else None
+        if predictor is not None:
+            self._predictor = predictor
+            try:
+                self._checked = predictor.check(self._headers)
+            except Exception as error:
+                self._answer_error(error, predictor.label)  # the body is read and dropped
+                return
+            if has_body and self._continue:
+                self._write(CONTINUE)
+            return
+        self._start_asgi(method, path, query)
+
+    def on_body(self, body: bytes) -> None:
+        """A piece of the body: kept (fast path), handed on (ASGI) or dropped (the
+        response went out already)."""
+        if self._ignore_parser:
+            return
+        if self._remaining > 0:
+            self._remaining -= len(body)
+        if self._responded:
+            return
+        cycle = self._cycle
+        if cycle is not None:
+            cycle.body(body)
+            return
+        self._body.append(body)
+        self._body_size += len(body)
+        predictor = self._predictor
+        if predictor is not None and self._body_size > predictor.max_body_bytes:
+            self._answer_error(
+                BodyTooLarge(f"the body is over the limit of {predictor.max_body_bytes} bytes"),
+                predictor.label,
+            )
+
+    def on_message_complete(self) -> None:
+        """The whole request is in: predict, or let the ASGI app have the body's end."""
+        if self._ignore_parser:
+            return
+        self._message_done = True
+        self._remaining = 0
+        if self._responded:
+            self._request_finished()
+            return
+        self._phase = _WAIT
+        self._due = math.inf  # no read deadline while the request is answered
+        cycle = self._cycle
+        if cycle is not None:
+            cycle.body_complete()
+            return
+        predictor, checked = self._predictor, self._checked
+        if predictor is None or checked is None:
+            return
+        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        self._body = []
+        try:
+            pending = predictor.submit(checked, body)
+        except Exception as error:
+            self._answer_error(error, predictor.label)
+            return
+        self._task = self._loop.create_task(self._predict(pending, checked.encoder, predictor))
+
+    # -- the fast path -----------------------------------------------------------
+
+    async def _predict(self, pending: Awaitable[Any], encoder: Codec, predictor: Predictor) -> None:
+        try:
+            result = await pending
+            body = encode_result(encoder, result)
+        except asyncio.CancelledError:
+            self._front.record(predictor.label, _CLIENT_CLOSED, time.perf_counter() - self._started)
+            return  # the client went away (the only canceller)
+        except Exception as error:
+            self._task = None
+            self._answer_error(error, predictor.label)
+            return
+        self._task = None
+        if self._phase == _CLOSED:
+            return
+        self._write(ok_head(encoder.media_type, len(body), self._connection_line()) + body)
+        self._front.record(predictor.label, 200, time.perf_counter() - self._started)
+        self.response_complete(200)
+
+    def _answer_error(self, error: Exception, label: str) -> None:
+        """Answer the current request with an error response."""
+        if self._phase == _CLOSED:
+            self._front.record(label, _CLIENT_CLOSED, time.perf_counter() - self._started)
+            return
+        status, body, media_type, headers = error_response(error, self._header(b"accept"))
+        self._write(head(status, media_type, len(body), headers, self._connection_line()) + body)
+        self._front.record(label, status, time.perf_counter() - self._started)
+        self.response_complete(status)
+
+    def _header(self, name: bytes) -> bytes | None:
+        for key, value in self._headers:
+            if key == name:
+                return value
+        return None
+
+    def _connection_line(self) -> bytes:
+        if not self._keep_alive:
+            return _CLOSE
+        if self._http10:
+            return _KEEP_ALIVE
+        return b""
+
+    # -- the ASGI path -----------------------------------------------------------
+
+    def _start_asgi(self, method: bytes, path: bytes, query: bytes) -> None:
+        transport = self._transport
+        assert transport is not None
+        head_only = method == b"HEAD"
+        scope = {
+            "type": "http",
+            "asgi": _ASGI,
+            "http_version": "1.0" if self._http10 else "1.1",
+            "server": transport.get_extra_info("sockname"),
+            "client": transport.get_extra_info("peername"),
+            "scheme": "http",
+            "method": "GET" if head_only else method.decode("ascii"),
+            "root_path": "",
+            "path": unquote(path.decode("latin-1")),
+            "raw_path": path,
+            "query_string": query,
+            "headers": self._headers,
+            "extensions": {
+                DISCONNECT_EXTENSION: {"register": self._register_disconnect},
+                BODY_DEADLINE_EXTENSION: {"timeout_s": self._limits.body_timeout_s},
+            },
+        }
+        cycle = self._cycle = AsgiCycle(self, scope, head_only, self._connection_line())
+        if self._remaining != 0 and self._continue:
+            self._write(CONTINUE)
+        self._task = self._loop.create_task(cycle.run(self._front.app))
+        self._task.add_done_callback(self._asgi_done)
+
+    def _asgi_done(self, task: asyncio.Task[None]) -> None:
+        if self._task is task:
+            self._task = None
+
+    def _register_disconnect(self, callback: Callable[[], None]) -> None:
+        cycle = self._cycle
+        if cycle is not None:
+            cycle.on_disconnect = callback
+
+    # -- CycleOwner (and the fast path's writes) ---------------------------------
+
+    def write(self, data: bytes) -> None:
+        """Send bytes to the client (nothing once closed)."""
+        self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        transport = self._transport
+        if transport is not None and self._phase != _CLOSED and not transport.is_closing():
+            transport.write(data)
+
+    def hold_body(self, held: bool) -> None:
+        """The ASGI app holds too much unread body (True), or caught up (False)."""
+        self._held_for_app = held
+        if held:
+            self._pause_reading()
+        elif not (self._buffer and self._phase == _WAIT):
+            self._resume_reading()
+
+    async def drained(self) -> None:
+        """Until the transport's buffer is below its high-water mark."""
+        if self._write_paused and self._phase != _CLOSED:
+            waiter = self._loop.create_future()
+            self._drain_waiters.append(waiter)
+            await waiter
+
+    def abort(self) -> None:
+        """Close now, without a response."""
+        self._close()
+
+    def response_complete(self, status: int) -> None:
+        """The current response is out: on to the next request, or close."""
+        self._responded = True
+        self._body = []
+        if self._message_done:
+            self._request_finished()
+        # else: the body is still coming; it is read and dropped, under its deadline
+
+    def _request_finished(self) -> None:
+        if self._phase == _CLOSED:
+            return
+        cycle = self._cycle
+        if cycle is not None and not cycle.complete:
+            return  # the app is still answering (it may stream after reading the body)
+        if not self._keep_alive or self._front.closing:
+            self._close()
+            return
+        self._await_request()
+        self._resume_reading()
+        if self._buffer and not self._processing:
+            self._process()
+
+    def _abort_request(self) -> None:
+        """A parse error once a response began: nothing valid can follow; close."""
+        self._close()
+
+    # -- phases, deadlines -------------------------------------------------------
+
+    def _await_request(self) -> None:
+        self._phase = _HEAD
+        self._cycle = None
+        self._predictor = None
+        self._checked = None
+        self._head_since = now = self._clock.now()
+        limits = self._limits
+        self._read_by(now + min(limits.header_timeout_s, limits.keep_alive_s))
+
+    def shut_down(self) -> None:
+        """The server drains: close if idle, else after the current response."""
+        self._keep_alive = False
+        if self._phase == _HEAD and not self._buffer:
+            self._close()
+
+    def _read_by(self, due: float) -> None:
+        """Set the read deadline. The one timer is moved only to an earlier time; when
+        it fires before the deadline (which moved later meanwhile), it is armed again."""
+        self._due = due
+        if due < self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = due
+            self._timer = self._clock.call_at(due, self._on_timer)
+
+    def _stop_timer(self) -> None:
+        self._due = math.inf
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = math.inf
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = math.inf
+        phase = self._phase
+        now = self._clock.now()
+        if phase == _HEAD:
+            limits = self._limits
+            header_due = self._head_since + limits.header_timeout_s
+            idle_due = self._head_since + limits.keep_alive_s
+            quiet = not self._buffer and idle_due < header_due
+            due = idle_due if quiet else header_due
+            if now < due:
+                self._read_by(due)
+            elif quiet:
+                self._close()  # idle: a kept-alive connection expires quietly
+            else:
+                self._refuse(REQUEST_TIMEOUT)
+            return
+        due = self._due
+        if due == math.inf:
+            return
+        if now < due:
+            self._read_by(due)
+        elif phase == _BODY and self._held_for_app:
+            self._read_by(now + self._limits.body_timeout_s)  # the app reads slowly, not the client
+        elif phase == _BODY and (self._responded or self._started_asgi):
+            self._close()  # the response went out before the body was read: just close
+        elif phase == _BODY:
+            self._refuse(REQUEST_TIMEOUT)
+
+    # -- closing -----------------------------------------------------------------
+
+    def _refuse(self, response: bytes) -> None:
+        """Answer with a fixed reply and close (no request may follow)."""
+        self._write(response)
+        self._close()
+
+    def _close(self) -> None:
+        if self._phase != _CLOSED:
+            self._phase = _CLOSED
+            self._buffer = b""
+            self._stop_timer()
+            transport = self._transport
+            if transport is not None:
+                transport.close()
+
+    def _pause_reading(self) -> None:
+        transport = self._transport
+        if not self._reading_paused and transport is not None and not transport.is_closing():
+            self._reading_paused = True
+            transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        transport = self._transport
+        if self._reading_paused and not self._held_for_app and transport is not None:
+            self._reading_paused = False
+            if not transport.is_closing():
+                transport.resume_reading()

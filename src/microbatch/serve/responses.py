@@ -1,0 +1,116 @@
+"""HTTP/1.1 response heads, written once per response, and the server's fixed replies."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from email.utils import formatdate
+from http import HTTPStatus
+
+__all__ = [
+    "BAD_REQUEST",
+    "CONTINUE",
+    "HEADERS_TOO_LARGE",
+    "REQUEST_TIMEOUT",
+    "SERVICE_UNAVAILABLE",
+    "date_line",
+    "head",
+    "ok_head",
+    "status_line",
+]
+
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+def _closing(status: int, body: bytes = b"") -> bytes:
+    return (
+        status_line(status) + b"content-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
+        b"connection: close\r\n\r\n%s" % (len(body), body)
+    )
+
+
+_STATUS_LINES: dict[int, bytes] = {}
+
+
+def status_line(status: int) -> bytes:
+    """``HTTP/1.1 200 OK\\r\\n`` for a status code (any code from 100 to 999)."""
+    line = _STATUS_LINES.get(status)
+    if line is None:
+        try:
+            phrase = HTTPStatus(status).phrase.encode()
+        except ValueError:
+            phrase = b""
+        line = _STATUS_LINES[status] = b"HTTP/1.1 %d %s\r\n" % (status, phrase)
+    return line
+
+
+BAD_REQUEST = _closing(400, b"malformed HTTP request")
+REQUEST_TIMEOUT = _closing(408, b"the request was not received in time")
+HEADERS_TOO_LARGE = _closing(431, b"the request's headers are too large")
+SERVICE_UNAVAILABLE = _closing(503, b"too many connections")
+
+
+class _DateHeader:
+    """The ``date`` header line, made again at most once a second."""
+
+    __slots__ = ("_line", "_second")
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._line = b""
+
+    def line(self) -> bytes:
+        now = int(time.time())
+        if now != self._second:
+            self._second = now
+            self._line = b"date: " + formatdate(now, usegmt=True).encode() + b"\r\n"
+        return self._line
+
+
+_date = _DateHeader()
+
+
+def head(
+    status: int,
+    media_type: bytes,
+    length: int,
+    extra: Iterable[tuple[bytes, bytes]] = (),
+    connection: bytes = b"",
+) -> bytes:
+    """A whole response head with ``content-length``.
+
+    Args:
+        status: The status code.
+        media_type: The ``content-type`` value.
+        length: The body's length in bytes.
+        extra: More header lines.
+        connection: A ``connection`` line (e.g. ``b"connection: close\\r\\n"``), or empty.
+    """
+    lines = b"".join(b"%s: %s\r\n" % pair for pair in extra)
+    return b"%scontent-type: %s\r\ncontent-length: %d\r\n%s%s%s\r\n" % (
+        status_line(status),
+        media_type,
+        length,
+        _date.line(),
+        lines,
+        connection,
+    )
+
+
+_OK_PREFIXES: dict[bytes, bytes] = {}
+
+
+def ok_head(media_type: bytes, length: int, connection: bytes = b"") -> bytes:
+    """The head of a ``200 OK`` with a body of ``length`` bytes: :func:`head` for the
+    hot path (its fixed part made once per media type)."""
+    prefix = _OK_PREFIXES.get(media_type)
+    if prefix is None:
+        prefix = _OK_PREFIXES[media_type] = (
+            status_line(200) + b"content-type: " + media_type + b"\r\ncontent-length: "
+        )
+    return b"%s%d\r\n%s%s\r\n" % (prefix, length, _date.line(), connection)
+
+
+def date_line() -> bytes:
+    """The current ``date`` header line."""
+    return _date.line()
