@@ -216,6 +216,31 @@ SERVE = Command(
             choices=("debug", "info", "warning", "error"),
         ),
         Option(
+            ("--log-format",),
+            "one format for every log line: text, or one JSON object per line",
+            default="text",
+            choices=("text", "json"),
+            modes=frozenset({"plain", "workers"}),
+            refused="Ray Serve formats its replicas' logs (RAY_SERVE_LOG_ENCODING=JSON)",
+        ),
+        Option(
+            ("--access-log",),
+            "log one line per request (method, path, status, duration, request id)",
+            default=False,
+            action="store_true",
+        ),
+        Option(
+            ("--drain-delay-s",),
+            "on SIGTERM, readiness answers 503 at once while requests are still served "
+            "for this long, then the graceful shutdown (Kubernetes: a few seconds)",
+            default=0.0,
+            type=non_negative_float,
+            modes=frozenset({"plain", "workers"}),
+            refused="Ray Serve drains its own replicas",
+        ),
+        Option(("--api-title",), "the OpenAPI document's title (default: the model's name)"),
+        Option(("--api-version",), "the OpenAPI document's version (default: microbatch's)"),
+        Option(
             ("--ray",),
             "serve as a Ray Serve application behind Ray's proxy (needs microbatch[ray])",
             default=False,

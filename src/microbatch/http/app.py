@@ -13,7 +13,6 @@ import logging
 import math
 import sys
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -22,9 +21,10 @@ from typing import Any
 import msgspec
 
 from .. import __version__
-from ..errors import RemoteError
 from ..loading import as_servable
+from ..logs import current_request_id
 from ..types import Servable, deadline_from
+from .access_log import log_access
 from .asgi import (
     BODY_DEADLINE_EXTENSION,
     DISCONNECT_EXTENSION,
@@ -36,7 +36,9 @@ from .asgi import (
     send_response,
 )
 from .codecs import CODECS, JSON, Codec, Decoder, codec_for_accept, codec_for_content_type
+from .error_log import RepeatedErrorLog
 from .metrics import HttpMetrics
+from .request_id import REQUEST_ID_HEADER, RequestIds, echo_request_id
 from .schema import docs_page, openapi_document
 from .status import (
     BadRequest,
@@ -74,6 +76,9 @@ class HttpConfig:
         body_timeout_s: Longest time to receive a request's body; past it: 408.
         auth_token: When set, every route except the health probes needs
             ``Authorization: Bearer <token>``.
+        access_log: Log one line per request on ``microbatch.access``.
+        api_title: The OpenAPI document's title (default: the served model's name).
+        api_version: The OpenAPI document's version (default: microbatch's).
 
     Raises:
         ValueError: A setting is out of range; the message names it and its value.
@@ -83,6 +88,9 @@ class HttpConfig:
     default_timeout_s: float = 30.0
     body_timeout_s: float = 30.0
     auth_token: str | None = None
+    access_log: bool = False
+    api_title: str | None = None
+    api_version: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_body_bytes, int) or self.max_body_bytes < 1:
@@ -114,8 +122,8 @@ class HttpApp:
         self.config = config if config is not None else HttpConfig()
         self.metrics = HttpMetrics(target.stats)
         self.openapi = openapi_document(
-            target.name,
-            __version__,
+            self.config.api_title or target.name,
+            self.config.api_version or __version__,
             target.input_type,
             target.output_type,
             auth=self.config.auth_token is not None,
@@ -128,6 +136,9 @@ class HttpApp:
         token = self.config.auth_token
         self._expected_authorization = None if token is None else b"Bearer " + token.encode()
         self._draining = False
+        self._not_ready = False
+        self._request_ids = RequestIds()
+        self._errors = RepeatedErrorLog(logger)
         self._routes: dict[str, tuple[str, _Handler, bool]] = {
             "/predict": ("POST", self._predict, True),
             "/health/live": ("GET", self._live, False),
@@ -150,6 +161,11 @@ class HttpApp:
         SIGTERM, before it stops accepting connections and waits for in-flight ones)."""
         self._draining = True
 
+    def stop_being_ready(self) -> None:
+        """Turn readiness to 503 while requests are still served: the drain delay
+        before :meth:`begin_draining`, while a load balancer stops sending traffic."""
+        self._not_ready = True
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The ASGI 3 entry point: HTTP requests and the lifespan."""
         kind = scope["type"]
@@ -162,6 +178,9 @@ class HttpApp:
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
+        request_id = self._request_ids.for_request(header(scope, REQUEST_ID_HEADER))
+        context = current_request_id.set(request_id)
+        send = echo_request_id(send, request_id)
         path = scope["path"]
         route = self._routes.get(path)
         label = path if route is not None else "other"
@@ -177,8 +196,12 @@ class HttpApp:
         except ClientDisconnected:
             status = _CLIENT_CLOSED
         except Exception as error:
-            status = await self._send_error(scope, send, error)
-        self.metrics.record(label, status, time.perf_counter() - started)
+            status = await self._send_error(scope, send, error, request_id)
+        seconds = time.perf_counter() - started
+        self.metrics.record(label, status, seconds)
+        if self.config.access_log:
+            log_access(scope, status, seconds, request_id)
+        current_request_id.reset(context)
 
     def _authorize(self, scope: Scope) -> None:
         given = header(scope, b"authorization") or b""
@@ -186,11 +209,10 @@ class HttpApp:
         if not hmac.compare_digest(given, self._expected_authorization):
             raise Unauthorized("a bearer token is required (Authorization: Bearer <token>)")
 
-    async def _send_error(self, scope: Scope, send: Send, error: Exception) -> int:
+    async def _send_error(self, scope: Scope, send: Send, error: Exception, request_id: str) -> int:
         reply = error_reply(error)
-        request_id = uuid.uuid4().hex[:16]
         if reply.status >= 500 and reply.status not in (503, 504):
-            _log_failure(request_id, error)
+            self._errors.failed(request_id, error)
         try:
             codec = codec_for_accept(header(scope, b"accept"))
         except Exception:
@@ -225,7 +247,7 @@ class HttpApp:
         return 200
 
     async def _ready(self, scope: Scope, receive: Receive, send: Send) -> int:
-        if self._draining:
+        if self._draining or self._not_ready:
             raise NotReady("the server is shutting down")
         if not self.servable.ready:
             raise NotReady("the service is not ready")
@@ -342,6 +364,7 @@ class HttpApp:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self._draining = True
+                self._errors.flush()
                 try:
                     await self.servable.close()
                 except Exception as error:
@@ -401,19 +424,6 @@ def _encode(codec: Codec, result: Any) -> bytes:
         raise UnencodableResult(
             f"the result ({type(result).__name__}) cannot be encoded as {codec.name}"
         ) from error
-
-
-def _log_failure(request_id: str, error: BaseException) -> None:
-    if isinstance(error, RemoteError):
-        logger.error(
-            "request %s: the model raised %s: %s\n%s",
-            request_id,
-            error.type_name,
-            error.message,
-            error.traceback_text,
-        )
-    else:
-        logger.error("request %s failed", request_id, exc_info=error)
 
 
 def app(

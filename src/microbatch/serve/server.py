@@ -23,6 +23,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 
 from ..http.app import HttpApp
 from ..http.asgi import BODY_DEADLINE_EXTENSION, DISCONNECT_EXTENSION
+from .drain import ShutdownSequence
 
 __all__ = ["HeaderGuardedProtocol", "ServeSettings", "bind", "listen_url", "serve"]
 
@@ -50,6 +51,9 @@ class ServeSettings:
         keep_alive_s: Idle keep-alive connections are closed after this long.
         max_connections: Connections plus running requests; beyond it uvicorn answers 503.
         log_level: ``debug``, ``info``, ``warning`` or ``error``.
+        log_format: ``text`` or ``json`` (see :mod:`microbatch.logs`).
+        drain_delay_s: On SIGTERM, readiness answers 503 at once and requests are
+            still served for this long before the graceful shutdown begins.
     """
 
     host: str = "127.0.0.1"
@@ -60,6 +64,8 @@ class ServeSettings:
     keep_alive_s: float = 5.0
     max_connections: int = 4096
     log_level: str = "info"
+    log_format: str = "text"
+    drain_delay_s: float = 0.0
 
 
 class HeaderGuardedProtocol(HttpToolsProtocol):
@@ -249,16 +255,20 @@ class _OneWriteResponses:
 class _Server(uvicorn.Server):
     """uvicorn's server: signals begin draining, the bound URL is printed when ready."""
 
-    def __init__(self, config: uvicorn.Config, app: HttpApp, url: str | None) -> None:
+    def __init__(
+        self, config: uvicorn.Config, app: HttpApp, url: str | None, drain_delay_s: float
+    ) -> None:
         super().__init__(config)
         self.app = app
         self.url = url
+        self.drain_delay_s = drain_delay_s
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         """Handle SIGTERM/SIGINT in the event loop, and do not re-raise them on exit
         (uvicorn does, which would end the process with the signal, not status 0)."""
         loop = asyncio.get_running_loop()
+        self._shutdown = ShutdownSequence(self.app, self.drain_delay_s, self._exit, loop.call_later)
         signals = (signal.SIGTERM, signal.SIGINT)
         for number in signals:
             loop.add_signal_handler(number, self._on_signal, number)
@@ -271,7 +281,9 @@ class _Server(uvicorn.Server):
     def _on_signal(self, number: int) -> None:
         if self.should_exit and number == signal.SIGINT:
             self.force_exit = True
-        self.app.begin_draining()
+        self._shutdown.signalled()
+
+    def _exit(self) -> None:
         self.should_exit = True
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -335,14 +347,16 @@ def serve(
         http=protocol,
         lifespan="on",
         log_level=settings.log_level,
-        access_log=False,
+        access_log=False,  # the app logs each request (--access-log)
+        log_config=None,  # one format for every logger: microbatch.logs
         timeout_keep_alive=int(max(1, settings.keep_alive_s)),
         timeout_graceful_shutdown=int(max(1, settings.graceful_timeout_s)),
         limit_concurrency=settings.max_connections,
         proxy_headers=False,  # bound to loopback by default: no proxy to trust
         server_header=False,
     )
-    server = _Server(config, app, listen_url(settings.host, sock) if announce else None)
+    url = listen_url(settings.host, sock) if announce else None
+    server = _Server(config, app, url, settings.drain_delay_s)
     with sock:
         server.run(sockets=[sock])
     return 0

@@ -1,0 +1,38 @@
+"""The access log: one line per finished request, written by the app (so it is the
+same under any ASGI server), on the ``microbatch.access`` logger."""
+
+from __future__ import annotations
+
+import logging
+
+from .asgi import Scope
+
+__all__ = ["ACCESS_LOGGER", "log_access"]
+
+ACCESS_LOGGER = logging.getLogger("microbatch.access")
+"""Where the access log goes (INFO level); its records carry the fields as extras."""
+
+
+def log_access(scope: Scope, status: int, seconds: float, request_id: str) -> None:
+    """Log one finished request: ``METHOD PATH STATUS DURATION`` and, as fields,
+    ``method``, ``path``, ``status``, ``duration_ms``, ``client`` and the request id.
+    A status of 499: the client left before its answer."""
+    if not ACCESS_LOGGER.isEnabledFor(logging.INFO):
+        return
+    client = scope.get("client")
+    method, path, duration_ms = scope["method"], scope["path"], round(seconds * 1000, 3)
+    ACCESS_LOGGER.info(
+        "%s %s %d %.1fms",
+        method,
+        path,
+        status,
+        duration_ms,
+        extra={
+            "method": method,
+            "path": path,
+            "status": status,
+            "duration_ms": duration_ms,
+            "client": None if client is None else f"{client[0]}:{client[1]}",
+            "request_id": request_id,
+        },
+    )
