@@ -13,6 +13,7 @@ from ..logs import LogFormat
 from ..logs import configure as configure_logs
 from ..serve._workers import serve_workers
 from ..serve.server import ServeSettings, serve
+from ._config import apply_stage_settings
 from ._options import Parsed
 
 __all__ = ["http_config", "run_serve", "serve_settings"]
@@ -67,7 +68,7 @@ def run_serve(options: Parsed) -> int:
     """Run ``microbatch serve`` (plain or ``--workers N``); return the exit status."""
     configure_logging(options.log_level, options.log_format)
     try:
-        served = load_target(options.target)
+        served = apply_stage_settings(load_target(options.target), options.stage)
         config = http_config(options)
         app = HttpApp(as_servable(served), config)
     except (ImportError, AttributeError, ValueError, TypeError) as error:
