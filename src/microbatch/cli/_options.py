@@ -404,7 +404,19 @@ DEMO = Command(
     ),
 )
 
-COMMANDS: Mapping[str, Command] = {c.name: c for c in (SERVE, BENCH, TUNE, DEMO)}
+TOP = Command(
+    "top",
+    "a live view of a running server, from its /metrics (q or Ctrl-C quits)",
+    (
+        Option(("url",), "the server, e.g. http://127.0.0.1:8000", metavar="URL"),
+        Option(("--interval",), "seconds between refreshes", default=1.0, type=positive_float),
+        Option(("--auth-token",), "bearer token to send (if the server has one)", env=_TOKEN_ENV),
+    ),
+    description="Requests/s, p50/p99, per-stage batch sizes, queue depth, items in "
+    "batches, workers and restarts, refreshed in place (needs microbatch[top]).",
+)
+
+COMMANDS: Mapping[str, Command] = {c.name: c for c in (SERVE, BENCH, TUNE, DEMO, TOP)}
 """Every command and its options: the one table."""
 
 
