@@ -180,8 +180,11 @@ def from_file(option: OptionLike, value: Any, source: str) -> Any:
 def _converted(option: OptionLike, text: str, source: str) -> Any:
     try:
         value = text if option.type is None else option.type(text)
-    except (argparse.ArgumentTypeError, ValueError, TypeError) as error:
+    except argparse.ArgumentTypeError as error:
         raise ConfigError(f"{source}: {_key(option)}: {error}") from None
+    except (ValueError, TypeError):  # int, float: as argparse words it
+        kind = getattr(option.type, "__name__", "")
+        raise ConfigError(f"{source}: {_key(option)}: invalid {kind} value: {text!r}") from None
     if option.choices is not None and value not in option.choices:
         raise ConfigError(
             f"{source}: {_key(option)} must be one of {', '.join(option.choices)}, got {text!r}"
