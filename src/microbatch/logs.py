@@ -49,8 +49,9 @@ class RequestIdFilter(logging.Filter):
 
 
 class TextFormatter(logging.Formatter):
-    """``time LEVEL logger: message [request_id=...] key=value...`` (the extras of
-    a record, such as the access log's fields, follow the message)."""
+    """``time LEVEL logger: message request_id=...`` (the request id when serving a
+    request; other extras, such as the access log's fields, only in JSON: its text
+    message already says them)."""
 
     def __init__(self) -> None:
         super().__init__(_TEXT_FORMAT)
@@ -58,15 +59,11 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         """The record as one line (a traceback follows on its own lines)."""
         text = super().format(record)
-        fields = _extras(record)
         request_id = getattr(record, "request_id", None)
-        suffix = "".join(f" {key}={value}" for key, value in fields.items())
-        if request_id is not None:
-            suffix = f" request_id={request_id}" + suffix
-        if not suffix:
+        if request_id is None:
             return text
         head, newline, rest = text.partition("\n")
-        return head + suffix + newline + rest
+        return f"{head} request_id={request_id}{newline}{rest}"
 
 
 class JsonFormatter(logging.Formatter):

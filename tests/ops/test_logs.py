@@ -18,6 +18,7 @@ import pytest
 
 import microbatch
 from microbatch.http import HttpApp, HttpConfig, app
+from microbatch.http.access_log import log_access
 from microbatch.http.error_log import RepeatedErrorLog
 from microbatch.logs import configure, current_request_id
 from microbatch.pipeline.failures import exit_description
@@ -76,6 +77,17 @@ def test_text_lines_name_the_request(restore_logging: None) -> None:
         current_request_id.reset(token)
     (line,) = stream.getvalue().splitlines()
     assert line.endswith("WARNING microbatch.x: look here request_id=r-1")
+
+
+def test_a_text_access_line_says_it_all_once(restore_logging: None) -> None:
+    stream = io.StringIO()
+    configure("info", "text", stream)
+    scope = {"method": "POST", "path": "/predict", "client": ("10.0.0.9", 5123)}
+    log_access(scope, 200, 0.0123, "req-9")
+    (line,) = stream.getvalue().splitlines()
+    assert line.endswith(
+        "INFO microbatch.access: 10.0.0.9:5123 POST /predict 200 12.3ms request_id=req-9"
+    )
 
 
 def test_an_unknown_format_is_refused() -> None:
@@ -257,3 +269,11 @@ def test_a_real_server_logs_json_with_access_lines_and_echoes_the_id(tmp_path: P
         for e in access
     ), access
     assert any(e["logger"].startswith("uvicorn") for e in entries)  # one format for all
+
+
+async def test_our_own_500s_are_not_blamed_on_the_model(caplog: pytest.LogCaptureFixture) -> None:
+    async with serving(app(models.unencodable)) as client:
+        reply = await client.post("/predict", json=1)
+    assert reply.status_code == 500
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "microbatch.http"]
+    assert "failed with UnencodableResult" in line and "model raised" not in line

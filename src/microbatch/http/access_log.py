@@ -14,15 +14,17 @@ ACCESS_LOGGER = logging.getLogger("microbatch.access")
 
 
 def log_access(scope: Scope, status: int, seconds: float, request_id: str) -> None:
-    """Log one finished request: ``METHOD PATH STATUS DURATION`` and, as fields,
-    ``method``, ``path``, ``status``, ``duration_ms``, ``client`` and the request id.
-    A status of 499: the client left before its answer."""
+    """Log one finished request: ``CLIENT METHOD PATH STATUS DURATION`` and, as
+    fields (JSON), ``method``, ``path``, ``status``, ``duration_ms``, ``client`` and
+    the request id. A status of 499: the client left before its answer."""
     if not ACCESS_LOGGER.isEnabledFor(logging.INFO):
         return
-    client = scope.get("client")
+    peer = scope.get("client")
+    client = "-" if peer is None else f"{peer[0]}:{peer[1]}"
     method, path, duration_ms = scope["method"], scope["path"], round(seconds * 1000, 3)
     ACCESS_LOGGER.info(
-        "%s %s %d %.1fms",
+        "%s %s %s %d %.1fms",
+        client,
         method,
         path,
         status,
@@ -32,7 +34,7 @@ def log_access(scope: Scope, status: int, seconds: float, request_id: str) -> No
             "path": path,
             "status": status,
             "duration_ms": duration_ms,
-            "client": None if client is None else f"{client[0]}:{client[1]}",
+            "client": client,
             "request_id": request_id,
         },
     )

@@ -11,7 +11,8 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import RemoteError
+from ..errors import MicrobatchError, RemoteError
+from .status import HttpError
 
 __all__ = ["RepeatedErrorLog"]
 
@@ -50,7 +51,8 @@ class RepeatedErrorLog:
     def failed(self, request_id: str, error: BaseException) -> None:
         """Request ``request_id`` failed with ``error``: log it, or count it."""
         type_name, message, text = _described(error)
-        key = (type_name, *_frames(text))
+        what = _what(error)
+        key = (what, type_name, *_frames(text))
         now = self._now()
         seen = self._seen.get(key)
         if seen is None:
@@ -58,8 +60,9 @@ class RepeatedErrorLog:
                 del self._seen[next(iter(self._seen))]
             self._seen[key] = _Seen(request_id, now)
             self._logger.error(
-                "request %s: the model raised %s: %s\n%s",
+                "request %s: %s %s: %s\n%s",
                 request_id,
+                what,
                 type_name,
                 message,
                 text.rstrip("\n"),
@@ -68,19 +71,19 @@ class RepeatedErrorLog:
             return
         seen.repeats += 1
         if now - seen.reported_at >= self._window_s:
-            self._report(type_name, seen, now)
+            self._report(what, type_name, seen, now)
 
     def flush(self) -> None:
         """Log the counts not logged yet (at shutdown)."""
         now = self._now()
         for key, seen in self._seen.items():
             if seen.repeats:
-                self._report(key[0], seen, now)
+                self._report(key[0], key[1], seen, now)
 
-    def _report(self, type_name: str, seen: _Seen, now: float) -> None:
+    def _report(self, what: str, type_name: str, seen: _Seen, now: float) -> None:
         self._logger.error(
-            "the model raised %s %d more time(s) in the last %.0f s, with the traceback "
-            "logged for request %s",
+            "%s %s %d more time(s) in the last %.0f s, with the traceback logged for request %s",
+            what,
             type_name,
             seen.repeats,
             now - seen.reported_at,
@@ -96,6 +99,13 @@ def _described(error: BaseException) -> tuple[str, str, str]:
         return error.type_name, error.message, error.traceback_text
     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     return type(error).__qualname__, str(error), text
+
+
+def _what(error: BaseException) -> str:
+    """The model's own errors (from a worker, or raised in-process) and ours."""
+    if isinstance(error, (MicrobatchError, HttpError)) and not isinstance(error, RemoteError):
+        return "failed with"
+    return "the model raised"
 
 
 def _frames(text: str) -> list[str]:
