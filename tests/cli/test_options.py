@@ -3,6 +3,8 @@ claims, and is refused, naming the flag and the mode, in every other."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from microbatch.cli._options import COMMANDS, MODES, Mode, Option, build_parser, parse, serve_mode
@@ -20,6 +22,10 @@ def sample_value(option: Option) -> list[str]:
         return [option.name]
     if option.choices:
         return [option.name, option.choices[-1]]
+    if option.dest == "config":
+        return [option.name, str(Path(__file__).with_name("empty.toml"))]
+    if option.dest == "stage":
+        return [option.name, "Double.max_batch_size=4"]
     if option.dest == "ray_address":
         return [option.name, "127.0.0.1:6379"]
     if option.type is None:

@@ -172,7 +172,9 @@ class Harness:
             self.app,
             limits,
             self.app.native_predictors(),
-            lambda route, status, seconds: self.recorded.append((route, status)),
+            lambda route, status, seconds, request_id, client: self.recorded.append(
+                (route, status)
+            ),
             clock=self.clock,
         )
 

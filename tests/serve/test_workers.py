@@ -389,7 +389,7 @@ def test_a_killed_http_process_is_started_again_and_the_others_keep_serving() ->
         replies = asyncio.run(_post_all(url, xs))
         assert [r.json()["y"] for r in replies] == [2 * x for x in xs]
         log.seek(0)
-        assert "exited with code -9" in log.read()
+        assert "exited, killed by signal SIGKILL (9)" in log.read()
     finally:
         _stop(process, log)
 

@@ -32,6 +32,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ._bench import run as run_bench
 
         return run_bench(options)
+    if options.command == "top":
+        from ._top import run as run_top
+
+        return run_top(options)
     if options.command == "tune":
         from ._tune import run as run_tune
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..http.app import HttpConfig
 from ..loading import load_target
+from ._config import apply_stage_settings
 from ._options import Parsed
 from ._serving import configure_logging, http_config, warn_if_open
 
@@ -53,7 +54,7 @@ def ray_plan(options: Parsed) -> RayPlan:
     from ..ray.application import deployment
     from ..ray.settings import ReplicaSettings
 
-    served = load_target(options.target)
+    served = apply_stage_settings(load_target(options.target), options.stage)
     replicas = ReplicaSettings(
         num_replicas=options.replicas,
         num_cpus=options.replica_cpus,

@@ -22,6 +22,17 @@ from typing import Any, Literal
 
 from .. import __version__
 from ..http.app import HttpConfig
+from ._config import (
+    CONFIG_ENV,
+    STAGE_ENV,
+    ConfigError,
+    ConfigFile,
+    env_names,
+    from_file,
+    from_text,
+    read_config_file,
+    stage_settings,
+)
 
 __all__ = [
     "COMMANDS",
@@ -259,6 +270,44 @@ SERVE = Command(
             choices=("debug", "info", "warning", "error"),
         ),
         Option(
+            ("--log-format",),
+            "one format for every log line: text, or one JSON object per line",
+            default="text",
+            choices=("text", "json"),
+            modes=frozenset({"plain", "workers"}),
+            refused="Ray Serve formats its replicas' logs (RAY_SERVE_LOG_ENCODING=JSON)",
+        ),
+        Option(
+            ("--access-log",),
+            "log one line per request (method, path, status, duration, request id)",
+            default=False,
+            action="store_true",
+        ),
+        Option(
+            ("--drain-delay-s",),
+            "on SIGTERM, readiness answers 503 at once while requests are still served "
+            "for this long, then the graceful shutdown (Kubernetes: a few seconds)",
+            default=0.0,
+            type=non_negative_float,
+            modes=frozenset({"plain", "workers"}),
+            refused="Ray Serve drains its own replicas",
+        ),
+        Option(
+            ("--config",),
+            "read settings from this TOML file: flag > environment > file > code",
+            metavar="FILE",
+        ),
+        Option(
+            ("--stage",),
+            "a stage's batching setting (repeatable): max_batch_size, max_latency_ms, "
+            "max_queue, timeout_s, isolate_errors or workers",
+            default=(),
+            action="append",
+            metavar="NAME.SETTING=VALUE",
+        ),
+        Option(("--api-title",), "the OpenAPI document's title (default: the model's name)"),
+        Option(("--api-version",), "the OpenAPI document's version (default: microbatch's)"),
+        Option(
             ("--ray",),
             "serve as a Ray Serve application behind Ray's proxy (needs microbatch[ray])",
             default=False,
@@ -398,7 +447,19 @@ DEMO = Command(
     ),
 )
 
-COMMANDS: Mapping[str, Command] = {c.name: c for c in (SERVE, BENCH, TUNE, DEMO)}
+TOP = Command(
+    "top",
+    "a live view of a running server, from its /metrics (q or Ctrl-C quits)",
+    (
+        Option(("url",), "the server, e.g. http://127.0.0.1:8000", metavar="URL"),
+        Option(("--interval",), "seconds between refreshes", default=1.0, type=positive_float),
+        Option(("--auth-token",), "bearer token to send (if the server has one)", env=_TOKEN_ENV),
+    ),
+    description="Requests/s, p50/p99, per-stage batch sizes, queue depth, items in "
+    "batches, workers and restarts, refreshed in place (needs microbatch[top]).",
+)
+
+COMMANDS: Mapping[str, Command] = {c.name: c for c in (SERVE, BENCH, TUNE, DEMO, TOP)}
 """Every command and its options: the one table."""
 
 
@@ -462,8 +523,9 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
 
 
 def parse(argv: Sequence[str] | None = None) -> Parsed:
-    """Parse ``argv`` (default: ``sys.argv[1:]``): values filled from the environment
-    and defaults; a ``serve`` flag given in a mode it does not work in is refused.
+    """Parse ``argv`` (default: ``sys.argv[1:]``): values filled from the environment,
+    ``serve``'s config file and the defaults (flag > environment > file > code, see
+    :mod:`._config`); a ``serve`` flag given in a mode it does not work in is refused.
 
     Raises:
         SystemExit: With status 2 and a message on stderr, for a bad command line.
@@ -471,25 +533,44 @@ def parse(argv: Sequence[str] | None = None) -> Parsed:
     parser, subs = _parsers()
     namespace = vars(parser.parse_args(argv))
     command = COMMANDS[namespace.pop("command")]
+    sub = subs[command.name]
     values: dict[str, Any] = {}
     given: set[str] = set()
-    for option in command.options:
-        if option.dest in namespace:
-            values[option.dest] = namespace[option.dest]
+    try:
+        file = _config_file(command, namespace)
+        for option in command.options:
+            names = env_names(option) if command is SERVE else (option.env,)
+            env = next((name for name in names if name and os.environ.get(name)), None)
+            if option.dest in namespace:
+                values[option.dest] = namespace[option.dest]
+            elif env is not None:
+                values[option.dest] = from_text(option, os.environ[env], env)
+            elif option.dest in file.values:
+                values[option.dest] = from_file(option, file.values[option.dest], file.path)
+            else:
+                values[option.dest] = option.default
+                continue
             given.add(option.dest)
-        elif option.env is not None and os.environ.get(option.env):
-            values[option.dest] = os.environ[option.env]
-            given.add(option.dest)
-        else:
-            values[option.dest] = option.default
+        if command is SERVE:
+            values["stage"] = stage_settings(
+                namespace.get("stage", ()), os.environ.get(STAGE_ENV), file.stages, file.path
+            )
+    except ConfigError as error:
+        sub.error(str(error))
     if command is SERVE:
         mode = serve_mode(values)
         for option in command.options:
             if option.dest in namespace and mode not in option.modes:  # given on the line
-                subs[command.name].error(
-                    f"{option.name} does not work with {_MODE_NAMES[mode]}: {option.refused}"
-                )
+                sub.error(f"{option.name} does not work with {_MODE_NAMES[mode]}: {option.refused}")
     return Parsed(command.name, values, frozenset(given))
+
+
+def _config_file(command: Command, namespace: Mapping[str, Any]) -> ConfigFile:
+    """``serve``'s config file (``--config`` or ``MICROBATCH_CONFIG``), or none."""
+    path = namespace.get("config") or os.environ.get(CONFIG_ENV)
+    if command is not SERVE or not path:
+        return ConfigFile("")
+    return read_config_file(path, {option.dest for option in command.options})
 
 
 def options_table() -> str:
@@ -531,8 +612,9 @@ def _help(command: Command, option: Option) -> str:
     text = option.help
     if not (option.default is None or option.action == "store_true" or option.default == ()):
         text += f" (default {option.default})"
-    if option.env is not None:
-        text += f"; env {option.env}"
+    names = env_names(option) if command is SERVE and not option.positional else ()
+    if names or option.env is not None:
+        text += f"; env {' or '.join(names or (option.env or '',))}"
     if command is SERVE and option.modes != _EVERY_MODE:
         text += "; only with " + " or ".join(_MODE_NAMES[m] for m in MODES if m in option.modes)
     return text.replace("%", "%%")

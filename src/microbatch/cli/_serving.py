@@ -13,9 +13,12 @@ from typing import Any
 from ..http.app import HttpApp, HttpConfig
 from ..http.services import Services
 from ..loading import as_servable, load_target
+from ..logs import LogFormat
+from ..logs import configure as configure_logs
 from ..serve._workers import serve_workers
 from ..serve.server import ServeSettings, serve
 from ..types import Servable
+from ._config import apply_stage_settings
 from ._options import Parsed
 
 __all__ = ["http_config", "run_serve", "serve_settings"]
@@ -34,6 +37,9 @@ def http_config(options: Parsed) -> HttpConfig:
         default_timeout_s=options.timeout_ms / 1000.0,
         body_timeout_s=options.body_timeout_s,
         auth_token=options.auth_token or None,
+        access_log=options.access_log,
+        api_title=options.api_title or None,
+        api_version=options.api_version or None,
     )
 
 
@@ -48,14 +54,14 @@ def serve_settings(options: Parsed) -> ServeSettings:
         keep_alive_s=options.keep_alive_s,
         max_connections=options.max_connections,
         log_level=options.log_level,
+        log_format=options.log_format,
+        drain_delay_s=options.drain_delay_s,
     )
 
 
-def configure_logging(level: str) -> None:
-    """Log to stderr at ``level``."""
-    logging.basicConfig(
-        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+def configure_logging(level: str, log_format: LogFormat = "text") -> None:
+    """Log every logger to stderr at ``level``, in ``log_format``."""
+    configure_logs(level, log_format)
 
 
 def warn_if_open(host: str, token: str | None) -> None:
@@ -68,9 +74,9 @@ def warn_if_open(host: str, token: str | None) -> None:
 
 def run_serve(options: Parsed) -> int:
     """Run ``microbatch serve`` (plain or ``--workers N``); return the exit status."""
-    configure_logging(options.log_level)
+    configure_logging(options.log_level, options.log_format)
     try:
-        served = load_target(options.target)
+        served = apply_stage_settings(load_target(options.target), options.stage)
         servables = [as_servable(served)]
         servables += [as_servable(load_target(more)) for more in options.more_targets]
         config = http_config(options)

@@ -30,13 +30,16 @@ class DrainableApp(Protocol):
     def draining(self) -> bool:
         """Shutdown has begun."""
 
+    def stop_being_ready(self) -> None:
+        """Turn readiness off; requests are still served."""
+
     def begin_draining(self) -> None:
         """Turn readiness off and refuse new items."""
 
     def native_predictors(self) -> dict[str, Predictor]:
         """The routes a server may answer without ASGI."""
 
-    def record(self, route: str, status: int, seconds: float) -> None:
+    def record(self, route: str, status: int, seconds: float, request_id: str, client: str) -> None:
         """Count one request answered without ASGI."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -76,9 +79,14 @@ class WithGrpc:
         """The HTTP app's: gRPC adds none."""
         return self.app.native_predictors()
 
-    def record(self, route: str, status: int, seconds: float) -> None:
+    def record(self, route: str, status: int, seconds: float, request_id: str, client: str) -> None:
         """Count one request answered without ASGI in the HTTP app's metrics."""
-        self.app.record(route, status, seconds)
+        self.app.record(route, status, seconds, request_id, client)
+
+    def stop_being_ready(self) -> None:
+        """Turn the HTTP readiness off while requests are still served (gRPC's
+        readiness follows at the drain)."""
+        self.app.stop_being_ready()
 
     def begin_draining(self) -> None:
         """Turn both readinesses off and refuse new items on both protocols."""

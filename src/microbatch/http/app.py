@@ -23,7 +23,9 @@ import msgspec
 from .. import __version__
 from ..inference import InferenceModel
 from ..loading import as_servable
+from ..logs import current_request_id
 from ..types import Servable
+from .access_log import log_access, log_access_line
 from .asgi import (
     BODY_DEADLINE_EXTENSION,
     DISCONNECT_EXTENSION,
@@ -35,6 +37,7 @@ from .asgi import (
     send_response,
 )
 from .codecs import CODECS, JSON, Decoder
+from .error_log import RepeatedErrorLog
 from .inference_v2 import v2_routes
 from .metrics import HttpMetrics
 from .openai import embedding_routes
@@ -45,6 +48,7 @@ from .predict import (
     error_response,
     timeout_from_header,
 )
+from .request_id import REQUEST_ID_HEADER, RequestIds, echo_request_id
 from .schema import docs_page, openapi_document
 from .status import (
     BadRequest,
@@ -77,6 +81,9 @@ class HttpConfig:
         body_timeout_s: Longest time to receive a request's body; past it: 408.
         auth_token: When set, every route except the health probes needs
             ``Authorization: Bearer <token>``.
+        access_log: Log one line per request on ``microbatch.access``.
+        api_title: The OpenAPI document's title (default: the served model's name).
+        api_version: The OpenAPI document's version (default: microbatch's).
 
     Raises:
         ValueError: A setting is out of range; the message names it and its value.
@@ -86,6 +93,9 @@ class HttpConfig:
     default_timeout_s: float = 30.0
     body_timeout_s: float = 30.0
     auth_token: str | None = None
+    access_log: bool = False
+    api_title: str | None = None
+    api_version: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_body_bytes, int) or self.max_body_bytes < 1:
@@ -117,8 +127,8 @@ class HttpApp:
         self.config = config if config is not None else HttpConfig()
         self.metrics = HttpMetrics(target.stats)
         self.openapi = openapi_document(
-            target.name,
-            __version__,
+            self.config.api_title or target.name,
+            self.config.api_version or __version__,
             target.input_type,
             target.output_type,
             auth=self.config.auth_token is not None,
@@ -131,6 +141,9 @@ class HttpApp:
         token = self.config.auth_token
         self._expected_authorization = None if token is None else b"Bearer " + token.encode()
         self._draining = False
+        self._not_ready = False
+        self._request_ids = RequestIds()
+        self._errors = RepeatedErrorLog(logger)
         self._routes: dict[str, tuple[str, _Handler, bool]] = {
             "/predict": ("POST", self._predict, True),
             "/health/live": ("GET", self._live, False),
@@ -162,6 +175,8 @@ class HttpApp:
             self.config.max_body_bytes,
             self._expected_authorization,
             "/predict" if route is None else f"/predict/{route}",
+            self._request_ids.for_request,
+            self._errors.failed,
         )
 
     def native_predictors(self) -> dict[str, Predictor]:
@@ -173,10 +188,12 @@ class HttpApp:
             if path in self._routes and _same_handler(self._routes[path][1], self)
         }
 
-    def record(self, route: str, status: int, seconds: float) -> None:
-        """Count one request that a server answered without ASGI (see
-        :meth:`native_predictors`) in this app's metrics."""
+    def record(self, route: str, status: int, seconds: float, request_id: str, client: str) -> None:
+        """Count (and access-log) one request that a server answered without ASGI
+        (see :meth:`native_predictors`)."""
         self.metrics.record(route, status, seconds)
+        if self.config.access_log:
+            log_access_line(client, "POST", route, status, seconds, request_id)
 
     @property
     def draining(self) -> bool:
@@ -187,6 +204,11 @@ class HttpApp:
         """Turn readiness to 503 and refuse new items at once (the server calls this on
         SIGTERM, before it stops accepting connections and waits for in-flight ones)."""
         self._draining = True
+
+    def stop_being_ready(self) -> None:
+        """Turn readiness to 503 while requests are still served: the drain delay
+        before :meth:`begin_draining`, while a load balancer stops sending traffic."""
+        self._not_ready = True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The ASGI 3 entry point: HTTP requests and the lifespan."""
@@ -200,6 +222,9 @@ class HttpApp:
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
+        request_id = self._request_ids.for_request(header(scope, REQUEST_ID_HEADER))
+        context = current_request_id.set(request_id)
+        send = echo_request_id(send, request_id)
         path = scope["path"]
         route = self._routes.get(path)
         label = path if route is not None else "other"
@@ -215,8 +240,12 @@ class HttpApp:
         except ClientDisconnected:
             status = _CLIENT_CLOSED
         except Exception as error:
-            status = await self._send_error(scope, send, error)
-        self.metrics.record(label, status, time.perf_counter() - started)
+            status = await self._send_error(scope, send, error, request_id)
+        seconds = time.perf_counter() - started
+        self.metrics.record(label, status, seconds)
+        if self.config.access_log:
+            log_access(scope, status, seconds, request_id)
+        current_request_id.reset(context)
 
     def _authorize(self, scope: Scope) -> None:
         given = header(scope, b"authorization") or b""
@@ -224,8 +253,10 @@ class HttpApp:
         if not hmac.compare_digest(given, self._expected_authorization):
             raise Unauthorized("a bearer token is required (Authorization: Bearer <token>)")
 
-    async def _send_error(self, scope: Scope, send: Send, error: Exception) -> int:
-        status, body, media_type, headers = error_response(error, header(scope, b"accept"))
+    async def _send_error(self, scope: Scope, send: Send, error: Exception, request_id: str) -> int:
+        status, body, media_type, headers = error_response(
+            error, header(scope, b"accept"), request_id, self._errors.failed
+        )
         await send_response(send, status, body, media_type, headers)
         return status
 
@@ -251,7 +282,7 @@ class HttpApp:
         return 200
 
     async def _ready(self, scope: Scope, receive: Receive, send: Send) -> int:
-        if self._draining:
+        if self._draining or self._not_ready:
             raise NotReady("the server is shutting down")
         if not self.servable.ready:
             raise NotReady("the service is not ready")
@@ -358,6 +389,7 @@ class HttpApp:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self._draining = True
+                self._errors.flush()
                 try:
                     await self.servable.close()
                 except Exception as error:

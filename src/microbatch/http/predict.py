@@ -15,11 +15,9 @@ import hmac
 import logging
 import math
 import time
-import uuid
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
-from ..errors import RemoteError
 from ..types import Servable, deadline_from
 from .codecs import JSON, Codec, Decoder, codec_for_accept, codec_for_content_type
 from .status import (
@@ -78,6 +76,10 @@ class Predictor:
         max_body_bytes: Largest body (413 above it).
         authorization: The exact ``Authorization`` value required, or None.
         label: The route's name in metrics (``/predict`` or ``/predict/{route}``).
+        request_id: The request's id from the client's ``X-Request-ID`` value (see
+            :class:`~.request_id.RequestIds`).
+        failed: Logs a server error under its request id (the app's
+            :class:`~.error_log.RepeatedErrorLog`).
     """
 
     __slots__ = (
@@ -88,8 +90,10 @@ class Predictor:
         "_decoders",
         "_default_timeout_s",
         "_submit",
+        "failed",
         "label",
         "max_body_bytes",
+        "request_id",
         "route",
     )
 
@@ -103,6 +107,8 @@ class Predictor:
         max_body_bytes: int,
         authorization: bytes | None,
         label: str,
+        request_id: Callable[[bytes | None], str],
+        failed: Callable[[str, BaseException], None],
     ) -> None:
         self._app = app
         self._submit = servable.submit
@@ -112,6 +118,8 @@ class Predictor:
         self.max_body_bytes = max_body_bytes
         self._authorization = authorization
         self.label = label
+        self.request_id = request_id
+        self.failed = failed
         # what the Content-Type and Accept values seen so far chose (a few, at most)
         self._by_content_type: dict[bytes | None, Decoder] = {}
         self._by_accept: dict[bytes | None, Codec] = {}
@@ -225,32 +233,20 @@ def encode_result(codec: Codec, result: Any) -> bytes:
 
 
 def error_response(
-    error: Exception, accept: bytes | None
+    error: Exception,
+    accept: bytes | None,
+    request_id: str,
+    failed: Callable[[str, BaseException], None],
 ) -> tuple[int, bytes, bytes, list[tuple[bytes, bytes]]]:
     """An error as a response: status, body, media type and extra headers. Server
-    errors (500s other than 503 and 504) are logged under the request id the body
-    carries."""
+    errors (500s other than 503 and 504) go to ``failed`` (the app's
+    :class:`~.error_log.RepeatedErrorLog`) under the request id the body carries."""
     reply = error_reply(error)
-    request_id = uuid.uuid4().hex[:16]
     if reply.status >= 500 and reply.status not in (503, 504):
-        log_failure(request_id, error)
+        failed(request_id, error)
     try:
         codec = codec_for_accept(accept)
     except Exception:
         codec = JSON
     body = codec.encode(ErrorBody(reply.error, reply.message, request_id))
     return reply.status, body, codec.media_type, reply.headers
-
-
-def log_failure(request_id: str, error: BaseException) -> None:
-    """Log a server error: a model's own traceback, or ours."""
-    if isinstance(error, RemoteError):
-        logger.error(
-            "request %s: the model raised %s: %s\n%s",
-            request_id,
-            error.type_name,
-            error.message,
-            error.traceback_text,
-        )
-    else:
-        logger.error("request %s failed", request_id, exc_info=error)

@@ -64,6 +64,7 @@ class Services:
         self.apps = {servable.name: HttpApp(servable, config) for servable in servables}
         self._first = next(iter(self.apps.values()))
         self._draining = False
+        self._not_ready = False
         token = config.auth_token
         self._expected_authorization = None if token is None else b"Bearer " + token.encode()
         models = {name: InferenceModel(app.servable) for name, app in self.apps.items()}
@@ -80,13 +81,20 @@ class Services:
         """None: every route of several services goes through ASGI (``/{name}/...``)."""
         return {}
 
-    def record(self, route: str, status: int, seconds: float) -> None:
+    def record(self, route: str, status: int, seconds: float, request_id: str, client: str) -> None:
         """Never called: no route is answered without ASGI (see :meth:`native_predictors`)."""
 
     @property
     def draining(self) -> bool:
         """Shutdown has begun."""
         return self._draining
+
+    def stop_being_ready(self) -> None:
+        """Turn every readiness to 503 while requests are still served (the drain
+        delay)."""
+        self._not_ready = True
+        for app in self.apps.values():
+            app.stop_being_ready()
 
     def begin_draining(self) -> None:
         """Turn every readiness to 503 and refuse new items."""
@@ -146,7 +154,7 @@ class Services:
         return 200
 
     async def _ready(self, scope: Scope, receive: Receive, send: Send) -> int:
-        if self._draining:
+        if self._draining or self._not_ready:
             raise NotReady("the server is shutting down")
         waiting = [name for name, app in self.apps.items() if not app.servable.ready]
         if waiting:

@@ -4,13 +4,14 @@ the user's code."""
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import RemoteError, StageFailed
 
-__all__ = ["died_early", "setup_failure", "user_frames", "warm_up_error"]
+__all__ = ["died_early", "exit_description", "setup_failure", "user_frames", "warm_up_error"]
 
 _PACKAGE = str(Path(__file__).resolve().parents[1])  # src/microbatch
 _FRAME = re.compile(r'^  File "(?P<path>[^"]+)"')
@@ -73,3 +74,17 @@ def died_early(code: int | None) -> str:
             " so guard it with `if __name__ == '__main__':`"
         )
     return f"worker died before its model was set up (exit code {code}){hint}"
+
+
+def exit_description(code: int | None) -> str:
+    """How a process ended, for a log line: ``exit code 1``, ``killed by signal
+    SIGKILL (9)`` (a negative exit code), or ``exit code unknown``."""
+    if code is None:
+        return "exit code unknown"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "an unknown signal"
+        return f"killed by signal {name} ({-code})"
+    return f"exit code {code}"

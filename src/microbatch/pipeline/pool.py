@@ -30,6 +30,7 @@ large result is copied out on a thread, so the event loop keeps serving meanwhil
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from functools import partial
 from multiprocessing.process import BaseProcess
@@ -39,7 +40,7 @@ from ..errors import RemoteError, StageFailed, WorkerDied
 from ..execution import settle
 from ..types import BatchDone, BatchJob
 from .batches import Batch, decoded, finished, prepare, unwanted
-from .failures import died_early, setup_failure, warm_up_error
+from .failures import died_early, exit_description, setup_failure, user_frames, warm_up_error
 from .jobs import Ran
 from .processes import WorkerHandle, forget, spawn, stop
 from .stage import Stage
@@ -47,6 +48,8 @@ from .transport import Incoming, encode
 from .worker import SetUp, Stop
 
 __all__ = ["BATCHES_PER_WORKER", "ProcessPool"]
+
+logger = logging.getLogger("microbatch.workers")
 
 _COPY_ON_THREAD_BYTES = 4 << 20  # results with more in shared memory are copied out on a thread
 _SETUP_BACKOFF_S = (0.1, 0.5, 2.0)  # between setup attempts of one start
@@ -319,6 +322,8 @@ class ProcessPool:
         died = WorkerDied(
             f"stage {self.stage.name!r}: worker {worker.index} died (exit code {code})"
         )
+        if worker.serving and not self._closing:  # else: a setup failure, or closing
+            self._log_death(worker, len(held))
         # Batches queued behind the running one never started: another worker may
         # run them, unless the pool is closing (then nothing would ever take them).
         again = worker.serving and not self._closing
@@ -359,8 +364,10 @@ class ProcessPool:
             except RemoteError as exc:
                 errors.append(exc)
                 self._stop_quietly(worker)
+                _log_setup_failure(self.stage.name, index, attempt + 1, attempts, exc)
             except WorkerDied as exc:
                 errors.append(exc)
+                _log_setup_failure(self.stage.name, index, attempt + 1, attempts, exc)
             if attempt + 1 < attempts:
                 await asyncio.sleep(_SETUP_BACKOFF_S[min(attempt, len(_SETUP_BACKOFF_S) - 1)])
         raise setup_failure(f"stage {self.stage.name!r}: worker {index}", attempts, errors)
@@ -394,6 +401,26 @@ class ProcessPool:
             worker.process.kill()
             self._reap(worker.process)
 
+    def _log_death(self, worker: WorkerHandle, held: int) -> None:
+        """A warning naming the exit code or signal (once the process is reaped)."""
+        process = worker.process
+
+        def log(_: object = None) -> None:
+            logger.warning(
+                "stage %r: worker %d (pid %s) died, %s, holding %d batch(es); starting it again",
+                self.stage.name,
+                worker.index,
+                process.pid,
+                exit_description(process.exitcode),
+                held,
+            )
+
+        reaping = self._reaping.get(process)
+        if reaping is None:
+            log()
+        else:
+            reaping.add_done_callback(log)
+
     def _reap(self, process: BaseProcess) -> None:
         """Wait for an exiting worker in a thread, then let it go: a worker kept
         until close would keep a zombie and its sentinel's descriptor for as long as
@@ -420,13 +447,41 @@ class ProcessPool:
             except StageFailed as failure:
                 if not self.alive:
                     self._fail(failure)
+                logger.warning(
+                    "stage %r: worker %d could not be started again; next try in %.1f s",
+                    self.stage.name,
+                    index,
+                    pause,
+                )
                 await asyncio.sleep(pause)
                 pause = min(2 * pause, _MAX_RESTART_BACKOFF_S)
             else:
                 if not self._closing:
                     self._failed = None  # serving again
+                    logger.warning(
+                        "stage %r: worker %d started again (restart %d of this stage)",
+                        self.stage.name,
+                        index,
+                        self._restarts,
+                    )
                 return
 
 
 def _always(index: int) -> bool:
     return True
+
+
+def _log_setup_failure(
+    stage: str, index: int, attempt: int, attempts: int, error: Exception
+) -> None:
+    """A warning with the traceback into the user's code (our frames left out)."""
+    text = error.traceback_text if isinstance(error, RemoteError) else ""
+    logger.warning(
+        "stage %r: worker %d failed to set up (attempt %d of %d): %s%s",
+        stage,
+        index,
+        attempt,
+        attempts,
+        error,
+        "\n" + user_frames(text) if text else "",
+    )

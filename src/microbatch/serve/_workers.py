@@ -30,6 +30,8 @@ import uvloop
 
 from ..http.app import HttpApp, HttpConfig
 from ..loading import as_servable, load_target
+from ..logs import configure as configure_logs
+from ..pipeline.failures import exit_description
 from ..types import Servable
 from .front import RelayTarget
 from .hub import Hub
@@ -70,9 +72,7 @@ def run_front(
 ) -> None:
     """A front process: serve HTTP on ``listener``, relaying items to the hub on
     ``relay``. The module is imported here too, for the served model's types."""
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logs(settings.log_level, settings.log_format)
     local = as_servable(load_target(spec))
     target = RelayTarget(
         local.name,
@@ -124,6 +124,8 @@ class _HubProcess:
         starting = asyncio.current_task()
 
         def on_signal() -> None:
+            if stop.is_set():
+                self._signal_fronts()  # a second signal ends their drain delay
             stop.set()
             if starting is not None and not self.hub.serving:
                 starting.cancel()  # a signal while starting: give up the start
@@ -196,9 +198,10 @@ class _HubProcess:
         pause = 0.0 if lived >= _STEADY_S else min(_MAX_PAUSE_S, max(0.5, 2 * self._pauses[index]))
         self._pauses[index] = pause
         logger.error(
-            "HTTP process %d exited with code %s; starting it again in %.1f s",
+            "HTTP process %d (pid %s) exited, %s; starting it again in %.1f s",
             index,
-            process.exitcode,
+            process.pid,
+            exit_description(process.exitcode),
             pause,
         )
         loop.call_later(pause, self._restart, index)
@@ -215,17 +218,21 @@ class _HubProcess:
 
         asyncio.get_running_loop().create_task(start())
 
+    def _signal_fronts(self) -> None:
+        for process in self._processes.values():
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signal.SIGTERM)
+
     async def _stop_fronts(self) -> None:
         """Each front drains (SIGTERM: it finishes its requests); then, past the grace
         period, it is killed."""
         self._stopping = True
-        for process in self._processes.values():
-            if process.is_alive() and process.pid is not None:
-                os.kill(process.pid, signal.SIGTERM)
+        self._signal_fronts()
         waiting = [exit for exit in self._exits.values() if not exit.done()]
         if not waiting:
             return
-        _, late = await asyncio.wait(waiting, timeout=self.settings.graceful_timeout_s + 5)
+        grace_s = self.settings.drain_delay_s + self.settings.graceful_timeout_s
+        _, late = await asyncio.wait(waiting, timeout=grace_s + 5)
         for process in self._processes.values():
             if process.is_alive():
                 process.kill()

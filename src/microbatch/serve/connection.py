@@ -36,6 +36,7 @@ from ..clock import Clock, Timer
 from ..http.asgi import BODY_DEADLINE_EXTENSION, DISCONNECT_EXTENSION
 from ..http.codecs import Codec
 from ..http.predict import Checked, Predictor, encode_result, error_response
+from ..http.request_id import REQUEST_ID_HEADER
 from ..http.status import BodyTooLarge
 from .asgi_cycle import AsgiCycle
 from .chunked import TOO_LONG, ChunkedEnd
@@ -88,7 +89,7 @@ class ConnectionLimits:
 
 
 AsgiApp = Callable[[Any, Any, Any], Awaitable[None]]
-Record = Callable[[str, int, float], None]
+Record = Callable[[str, int, float, str, str], None]
 
 
 class Front:
@@ -99,7 +100,8 @@ class Front:
         app: The ASGI app (every route that is not a fast one).
         limits: The connection limits.
         predictors: Fast routes by path (see :meth:`HttpApp.native_predictors`).
-        record: Records a finished fast request (route, status, seconds).
+        record: Records a finished fast request (route, status, seconds, request id,
+            client address).
         clock: Reads the time and sets the connections' timers; by default the
             running loop's (tests pass a :class:`~microbatch.testing.FakeClock`).
     """
@@ -151,7 +153,7 @@ class Front:
             waiter.set_result(None)
 
 
-def _ignore(route: str, status: int, seconds: float) -> None:
+def _ignore(route: str, status: int, seconds: float, request_id: str, client: str) -> None:
     pass
 
 
@@ -217,6 +219,8 @@ class HttpConnection(asyncio.Protocol):
         self._predictor: Predictor | None = None
         self._checked: Checked | None = None
         self._started = 0.0
+        self._request_id = ""
+        self._client = "-"
         self._task: asyncio.Task[None] | None = None
         self._cycle: AsgiCycle | None = None
         self._ignore_parser = False
@@ -234,6 +238,9 @@ class HttpConnection(asyncio.Protocol):
             transport.close()
             return
         front.connections.add(self)
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self._client = f"{peer[0]}:{peer[1]}"
         self._await_request()
 
     def data_received(self, data: bytes) -> None:
@@ -429,6 +436,7 @@ class HttpConnection(asyncio.Protocol):
         predictor = self._front.predictors.get(path) if method == b"POST" else None
         if predictor is not None:
             self._predictor = predictor
+            self._request_id = predictor.request_id(self._header(REQUEST_ID_HEADER))
             try:
                 self._checked = predictor.check(self._headers)
             except Exception as error:
@@ -495,7 +503,7 @@ class HttpConnection(asyncio.Protocol):
             result = await pending
             body = encode_result(encoder, result)
         except asyncio.CancelledError:
-            self._front.record(predictor.label, _CLIENT_CLOSED, time.perf_counter() - self._started)
+            self._record(predictor.label, _CLIENT_CLOSED)
             return  # the client went away (the only canceller)
         except Exception as error:
             self._task = None
@@ -504,19 +512,32 @@ class HttpConnection(asyncio.Protocol):
         self._task = None
         if self._phase == _CLOSED:
             return
-        self._write(ok_head(encoder.media_type, len(body), self._connection_line()) + body)
-        self._front.record(predictor.label, 200, time.perf_counter() - self._started)
+        lines = self._request_id_line() + self._connection_line()
+        self._write(ok_head(encoder.media_type, len(body), lines) + body)
+        self._record(predictor.label, 200)
         self.response_complete(200)
 
     def _answer_error(self, error: Exception, label: str) -> None:
         """Answer the current request with an error response."""
         if self._phase == _CLOSED:
-            self._front.record(label, _CLIENT_CLOSED, time.perf_counter() - self._started)
+            self._record(label, _CLIENT_CLOSED)
             return
-        status, body, media_type, headers = error_response(error, self._header(b"accept"))
-        self._write(head(status, media_type, len(body), headers, self._connection_line()) + body)
-        self._front.record(label, status, time.perf_counter() - self._started)
+        predictor = self._predictor
+        assert predictor is not None  # only the fast path answers errors here
+        status, body, media_type, headers = error_response(
+            error, self._header(b"accept"), self._request_id, predictor.failed
+        )
+        lines = self._request_id_line() + self._connection_line()
+        self._write(head(status, media_type, len(body), headers, lines) + body)
+        self._record(label, status)
         self.response_complete(status)
+
+    def _record(self, label: str, status: int) -> None:
+        seconds = time.perf_counter() - self._started
+        self._front.record(label, status, seconds, self._request_id, self._client)
+
+    def _request_id_line(self) -> bytes:
+        return b"x-request-id: " + self._request_id.encode("ascii") + b"\r\n"
 
     def _header(self, name: bytes) -> bytes | None:
         for key, value in self._headers:

@@ -11,6 +11,7 @@ The messages are the dataclasses of :mod:`._messages`.
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from functools import partial
 from typing import Any
@@ -21,6 +22,8 @@ from ._messages import STATE_INTERVAL_S, Cancel, Counts, Hello, Result, State, S
 from .relay import Channel, pack_outcome, unpack_item
 
 __all__ = ["Hub"]
+
+logger = logging.getLogger("microbatch.http")
 
 
 class Hub:
@@ -37,6 +40,7 @@ class Hub:
         self._links: dict[int, _FrontLink] = {}
         self._retired = RequestCounts()  # the counts of fronts that are gone
         self._timer: asyncio.TimerHandle | None = None
+        self._closing = False
 
     async def connect(self, index: int, sock: socket.socket) -> asyncio.Future[None]:
         """Serve front ``index`` on ``sock`` (the hub's end of its socket pair); the
@@ -54,11 +58,18 @@ class Hub:
         """A front is gone: cancel its items, keep its counts."""
         if self._links.get(link.index) is link:
             del self._links[link.index]
+            if not self._closing:
+                logger.warning(
+                    "HTTP process %d went away; its %d item(s) in flight are cancelled",
+                    link.index,
+                    len(link.tasks),
+                )
             link.drop()
             self._retired.add(link.counts)
 
     def close(self) -> None:
         """Stop telling fronts the state; close every link."""
+        self._closing = True
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -22,6 +22,7 @@ import uvloop
 from ..http.asgi import Receive, Scope, Send
 from ..http.predict import Predictor
 from .connection import ConnectionLimits, Front
+from .drain import ShutdownSequence
 from .lifespan import Lifespan, LifespanFailed
 
 __all__ = ["ServeSettings", "ServedApp", "bind", "listen_url", "serve"]
@@ -46,6 +47,9 @@ class ServeSettings:
         keep_alive_s: Idle keep-alive connections are closed after this long.
         max_connections: Open connections; one more is answered 503 and closed.
         log_level: ``debug``, ``info``, ``warning`` or ``error``.
+        log_format: ``text`` or ``json`` (see :mod:`microbatch.logs`).
+        drain_delay_s: On SIGTERM, readiness answers 503 at once and requests are
+            still served for this long before the graceful shutdown begins.
     """
 
     host: str = "127.0.0.1"
@@ -56,6 +60,8 @@ class ServeSettings:
     keep_alive_s: float = 5.0
     max_connections: int = 4096
     log_level: str = "info"
+    log_format: str = "text"
+    drain_delay_s: float = 0.0
 
 
 class ServedApp(Protocol):
@@ -67,14 +73,17 @@ class ServedApp(Protocol):
     def config(self) -> Any:
         """The HTTP settings (``body_timeout_s`` is read here)."""
 
+    def stop_being_ready(self) -> None:
+        """Turn readiness off; requests are still served (the drain delay)."""
+
     def begin_draining(self) -> None:
         """Turn readiness off and refuse new items."""
 
     def native_predictors(self) -> dict[str, Predictor]:
         """The routes answered without ASGI, by path (may be empty)."""
 
-    def record(self, route: str, status: int, seconds: float) -> None:
-        """Count one request answered without ASGI in the app's metrics."""
+    def record(self, route: str, status: int, seconds: float, request_id: str, client: str) -> None:
+        """Count (and access-log) one request answered without ASGI."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The ASGI entry point."""
@@ -151,12 +160,17 @@ async def _serve(
     stop = loop.create_future()
     signals = (signal.SIGTERM, signal.SIGINT)
 
-    def on_signal(number: int) -> None:
-        app.begin_draining()
+    def stop_serving() -> None:
         if not stop.done():
             stop.set_result(None)
+
+    shutdown = ShutdownSequence(app, settings.drain_delay_s, stop_serving, loop.call_later)
+
+    def on_signal(number: int) -> None:
+        if not stop.done():
+            shutdown.signalled()  # readiness 503; the drain after the delay (or now)
         elif number == signal.SIGINT:
-            front.close_all()  # a second Ctrl-C: stop waiting
+            front.close_all()  # a second Ctrl-C while draining: stop waiting
 
     for number in signals:
         loop.add_signal_handler(number, on_signal, number)
@@ -167,6 +181,11 @@ async def _serve(
         if announce:
             print(f"microbatch serving on {listen_url(settings.host, sock)}", flush=True)
         await stop
+        logger.info(
+            "draining: %d connections open, up to %.0f s to finish",
+            len(front.connections),
+            settings.graceful_timeout_s,
+        )
         server.close()
         front.shut_down()
         try:
