@@ -1,0 +1,46 @@
+"""Streams from a worker process: the states stay in the worker, the chunks come
+back; a worker that dies ends its streams with WorkerDied and the next stream gets
+a fresh worker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from microbatch import ItemError, Service, Stage, WorkerDied
+
+from .models import Counter, Lockstep
+
+
+async def test_chunks_stream_back_from_a_worker_process() -> None:
+    async with Service(Stage(Counter, max_batch_size=4)) as service:
+        results = await asyncio.gather(
+            *(service.submit(f"p{i}:{i + 1}") for i in range(6)),
+        )
+        assert results == [[f"p{i}-{k}" for k in range(i + 1)] for i in range(6)]
+        with pytest.raises(ItemError, match="bad failed at step 1"):
+            await service.submit("bad:3:fail@1")
+        pid = await service.stream("pid").__anext__()
+        assert pid != os.getpid() and pid in service.pools[0].pids
+
+
+async def test_a_dead_worker_ends_its_streams_with_an_error() -> None:
+    async with Service(Stage(Counter, max_batch_size=4)) as service:
+        endless = [service.stream("pid") for _ in range(3)]
+        pids = {await stream.__anext__() for stream in endless}
+        assert len(pids) == 1
+        os.kill(pids.pop(), signal.SIGKILL)
+        for stream in endless:
+            with pytest.raises(WorkerDied):
+                async for _ in stream:
+                    pass
+        assert await service.submit("after:2") == ["after-0", "after-1"]
+        assert service.stats().stages[0].restarts == 1
+
+
+async def test_lockstep_in_a_worker_process() -> None:
+    async with Service(Stage(Lockstep, max_batch_size=4)) as service:
+        assert await service.submit(3) == [0, 1, 2]
