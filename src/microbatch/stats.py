@@ -203,6 +203,7 @@ class StreamStats:
         between_chunks_sum_s: Total time between chunks.
         chunks_counts: Ended streams per bucket of their chunk count (bounds
             ``CHUNKS_BUCKETS``, then the count above).
+        chunks_counts_sum: Chunks of the ended streams.
     """
 
     active: int
@@ -220,6 +221,7 @@ class StreamStats:
     between_chunks_counts: tuple[int, ...]
     between_chunks_sum_s: float
     chunks_counts: tuple[int, ...]
+    chunks_counts_sum: float
 
 
 class _Histogram:
@@ -293,6 +295,7 @@ class StreamStatsRecorder:
             between_chunks_counts=tuple(self._between.counts),
             between_chunks_sum_s=self._between.total,
             chunks_counts=tuple(self._lengths.counts),
+            chunks_counts_sum=self._lengths.total,
         )
 
 

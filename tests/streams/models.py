@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -51,3 +52,18 @@ class Lockstep(Model):
     def predict(self, batch: list[int]) -> Iterator[list[Any]]:
         for position in range(max(batch)):
             yield [position if position < n else END for n in batch]
+
+
+class Slow(StepModel):
+    """Item ``n`` streams ``0 .. n-1``, each step taking 20 ms (for drain tests)."""
+
+    def start(self, items: list[int]) -> list[list[int]]:
+        return [[n, 0] for n in items]
+
+    def step(self, states: list[list[int]]) -> tuple[list[int], list[bool]]:
+        time.sleep(0.02)
+        chunks = []
+        for state in states:
+            chunks.append(state[1])
+            state[1] += 1
+        return chunks, [position >= n for n, position in states]

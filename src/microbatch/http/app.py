@@ -24,7 +24,7 @@ import msgspec
 from .. import __version__
 from ..errors import RemoteError
 from ..loading import as_servable
-from ..types import Servable, deadline_from
+from ..types import Servable, StreamingServable, deadline_from
 from .asgi import (
     BODY_DEADLINE_EXTENSION,
     DISCONNECT_EXTENSION,
@@ -49,6 +49,12 @@ from .status import (
     Unauthorized,
     UnencodableResult,
     error_reply,
+)
+from .streams import (
+    first_chunk_timeout_s,
+    framing_for_accept,
+    send_stream,
+    wants_stream,
 )
 
 __all__ = ["HttpApp", "HttpConfig", "app"]
@@ -139,6 +145,16 @@ class HttpApp:
         for route, (input_type, _) in target.routes.items():
             handler = partial(self._predict, route=route, decoders=_decoders(input_type))
             self._routes[f"/predict/{route}"] = ("POST", handler, True)
+        self._streaming = _streaming(target)
+        if self._streaming is not None:  # POST /stream: the chunks as they come
+            stage_routes: list[str | None] = [None, *target.routes]
+            for stage_route in stage_routes:
+                if self._streaming.can_stream(stage_route):
+                    decoders = (
+                        None if stage_route is None else _decoders(target.routes[stage_route][0])
+                    )
+                    handler = partial(self._stream, route=stage_route, decoders=decoders)
+                    self._routes[_stream_path(stage_route)] = ("POST", handler, True)
 
     @property
     def draining(self) -> bool:
@@ -211,14 +227,41 @@ class HttpApp:
     ) -> int:
         if self._draining:
             raise NotReady("the server is shutting down")
+        accept = header(scope, b"accept")
+        if wants_stream(accept) and _stream_path(route) in self._routes:
+            return await self._stream(scope, receive, send, route, decoders)
         deadline = deadline_from(self._timeout_s(scope))
         content_type = codec_for_content_type(header(scope, b"content-type")).name
         decode = (self._decoders if decoders is None else decoders)[content_type]
-        encoder = codec_for_accept(header(scope, b"accept"))
+        encoder = codec_for_accept(accept)
         item = decode(await self._read_body(scope, receive))
         result = await self._result(scope, item, deadline, receive, route)
         await send_response(send, 200, _encode(encoder, result), encoder.media_type)
         return 200
+
+    async def _stream(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        route: str | None = None,
+        decoders: dict[str, Decoder] | None = None,
+    ) -> int:
+        """``POST /stream``: the item's chunks as SSE, NDJSON or msgpack messages
+        (see ``http/streams.py``); errors before the first chunk are plain errors."""
+        if self._draining:
+            raise NotReady("the server is shutting down")
+        assert self._streaming is not None
+        deadline = deadline_from(self._timeout_s(scope))
+        first_chunk_deadline = deadline_from(first_chunk_timeout_s(scope), deadline)
+        framing = framing_for_accept(header(scope, b"accept"))
+        content_type = codec_for_content_type(header(scope, b"content-type")).name
+        decode = (self._decoders if decoders is None else decoders)[content_type]
+        item = decode(await self._read_body(scope, receive))
+        chunks = self._streaming.stream(
+            item, deadline=deadline, route=route, first_chunk_deadline=first_chunk_deadline
+        )
+        return await send_stream(scope, receive, send, chunks, framing)
 
     async def _live(self, scope: Scope, receive: Receive, send: Send) -> int:
         await send_response(send, 200, b'{"status":"live"}', JSON.media_type)
@@ -387,6 +430,21 @@ async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any]) -> No
     """
     if (await receive())["type"] == "http.disconnect":
         task.cancel()
+
+
+def _stream_path(route: str | None) -> str:
+    """The path of the stream route of ``route`` (None: the whole model)."""
+    return "/stream" if route is None else f"/stream/{route}"
+
+
+def _streaming(servable: Servable[Any, Any]) -> StreamingServable[Any, Any] | None:
+    """``servable`` if it can stream for some route, else None."""
+    if not isinstance(servable, StreamingServable):
+        return None
+    routes: list[str | None] = [None, *servable.routes]
+    if any(servable.can_stream(route) for route in routes):
+        return servable
+    return None
 
 
 def _decoders(item_type: Any) -> dict[str, Decoder]:
