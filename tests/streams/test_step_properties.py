@@ -62,7 +62,8 @@ class World:
     clock: FakeClock
     max_active: int
     cost_s: float
-    left: set[int] = field(default_factory=set)
+    left: set[int] = field(default_factory=set)  # the stream learnt its caller left
+    cancelled: set[int] = field(default_factory=set)  # the test cancelled the reader
     deadlines: dict[int, float] = field(default_factory=dict)  # whole streams
     first_deadlines: dict[int, float] = field(default_factory=dict)
     streams: dict[int, Stream] = field(default_factory=dict)
@@ -199,6 +200,8 @@ async def run_schedule(
 
     def ended(stream: Channel) -> None:
         world.ends[stream.item.id] += 1
+        if stream.left:
+            world.left.add(stream.item.id)
 
     for op in schedule:
         if isinstance(op, Open):
@@ -234,7 +237,7 @@ async def run_schedule(
         else:
             task = tasks[op.index] if op.index < len(tasks) else None
             if task is not None and not task.done():
-                world.left.add(op.index)
+                world.cancelled.add(op.index)
                 task.cancel()
         await _settle(2)
 
@@ -270,7 +273,7 @@ async def run_schedule(
             continue
         assert world.ends[item.id] == 1, f"{item} ended {world.ends[item.id]} times"
         if task.cancelled():
-            assert item.id in world.left
+            assert item.id in world.cancelled
             outcomes["left"] += 1
             continue
         error = task.exception()

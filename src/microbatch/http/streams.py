@@ -110,6 +110,7 @@ _BY_MEDIA_TYPE = {
     b"application/x-ndjson": NDJSON,
     b"application/jsonl": NDJSON,
     b"application/jsonlines": NDJSON,
+    b"application/json": NDJSON,  # `curl --json` asks for it: each line is JSON
     b"application/msgpack": STREAM_MSGPACK,
     b"application/x-msgpack": STREAM_MSGPACK,
     b"application/vnd.msgpack": STREAM_MSGPACK,
