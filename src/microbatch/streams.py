@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from types import TracebackType
@@ -25,6 +26,7 @@ __all__ = ["Channel", "Stream", "iterate_from_thread"]
 T = TypeVar("T")
 
 _OPEN: Any = object()  # the end of a stream that has not ended
+_CLOSE_WAIT_S = 5.0  # a thread waits this long for its stream to be left on the loop
 
 
 class Channel:
@@ -206,6 +208,14 @@ class Stream(AsyncIterator[Any]):
         """Stop reading: the stream's slot is freed at the next step."""
         self._channel.leave()
 
+    def take_ready(self) -> list[Any]:
+        """The chunks that have come and not been read yet, without waiting (a
+        writer that fell behind sends them at once; the end, or an error, still
+        comes from the next ``__anext__``)."""
+        ready = list(self._channel.chunks)
+        self._channel.chunks.clear()
+        return ready
+
     async def __aenter__(self) -> Stream:
         return self
 
@@ -245,9 +255,13 @@ def iterate_from_thread(
                 return
             yield chunk
     finally:
+        # Left on the loop, and waited for: the stream must have ended before this
+        # thread drops it (a Stream dropped while open leaves from whichever thread
+        # drops it, which must be the loop's).
         closing = getattr(stream, "aclose", None)
         if closing is not None and not loop.is_closed():
-            asyncio.run_coroutine_threadsafe(closing(), loop)
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(closing(), loop).result(_CLOSE_WAIT_S)
 
 
 async def _next(stream: AsyncIterator[T]) -> T:

@@ -67,3 +67,10 @@ class Slow(StepModel):
             chunks.append(state[1])
             state[1] += 1
         return chunks, [position >= n for n, position in states]
+
+
+class Name(Model):
+    """A one-shot stage before a streaming one: ``n`` -> ``"item{n}:{n}"``."""
+
+    def predict(self, batch: list[int]) -> list[str]:
+        return [f"item{n}:{n}" for n in batch]

@@ -22,7 +22,7 @@ from microbatch import (
 )
 from microbatch.types import deadline_from
 
-from .models import Counter, Lockstep
+from .models import Counter, Lockstep, Name
 
 
 @pytest.fixture(autouse=True)
@@ -214,3 +214,21 @@ async def test_a_dropped_stream_leaves() -> None:
         await endless.__anext__()
         del endless  # nobody reads it any more
         assert await chunks_of(service.stream("next:1")) == ["next-0"]
+
+
+async def test_a_pipeline_streams_its_last_stage() -> None:
+    service = Service(Stage(Name, mode="thread"), Stage(Counter, mode="thread", max_batch_size=4))
+    async with service:
+        assert service.can_stream() and service.can_stream("Counter")
+        assert not service.can_stream("Name")
+        streams = [service.stream(n) for n in (1, 3)]
+        assert [await chunks_of(s) for s in streams] == [
+            ["item1-0"],
+            ["item3-0", "item3-1", "item3-2"],
+        ]
+        assert await chunks_of(service.stream("x:2", route="Counter")) == ["x-0", "x-1"]
+        assert await service.submit(2) == ["item2-0", "item2-1"]
+        left = service.stream(5)
+        assert await left.__anext__() == "item5-0"
+        await left.aclose()  # type: ignore[attr-defined]
+        assert service.stats().in_flight == 0

@@ -232,10 +232,13 @@ async def _send_chunks(send: Send, chunks: AsyncIterator[Any], framing: Framing)
         await send({"type": "http.response.body", "body": first, "more_body": True})
         sent = 1
         try:
+            take_ready = getattr(chunks, "take_ready", None)
             async for chunk in chunks:
-                body = framing.chunk(chunk)
+                # Chunks that piled up while this writer waited go in one write.
+                ready = [chunk] if take_ready is None else [chunk, *take_ready()]
+                body = b"".join(framing.chunk(one) for one in ready)
                 await send({"type": "http.response.body", "body": body, "more_body": True})
-                sent += 1
+                sent += len(ready)
         except Exception as error:  # after the first chunk: the final message says it
             reply = error_reply(error)
             final = framing.error(
