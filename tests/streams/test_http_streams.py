@@ -227,3 +227,16 @@ async def test_stream_metrics() -> None:
     assert samples[f"microbatch_stream_between_chunks_seconds_count{{{stage}}}"] == 2
     assert samples[f"microbatch_stream_chunks_per_stream_sum{{{stage}}}"] == 4
     assert samples[f"microbatch_steps_total{{{stage}}}"] >= 3
+
+
+async def test_the_stream_route_is_documented() -> None:
+    async with serving(counter_app()) as client:
+        document = (await client.get("/openapi.json")).json()
+    operation = document["paths"]["/stream"]["post"]
+    assert operation["operationId"] == "stream"
+    assert set(operation["responses"]["200"]["content"]) == {
+        "text/event-stream",
+        "application/x-ndjson",
+        "application/msgpack",
+    }
+    assert "X-First-Chunk-Timeout-Ms" in [p["name"] for p in operation["parameters"]]

@@ -51,6 +51,7 @@ from .status import (
     error_reply,
 )
 from .streams import (
+    add_stream_operations,
     first_chunk_timeout_s,
     framing_for_accept,
     send_stream,
@@ -128,6 +129,14 @@ class HttpApp:
             routes=target.routes,
             examples=target.examples,
         )
+        self._streaming = _streaming(target)
+        stream_routes: list[str | None] = []
+        if self._streaming is not None:
+            every: list[str | None] = [None, *target.routes]
+            stream_routes = [r for r in every if self._streaming.can_stream(r)]
+            add_stream_operations(
+                self.openapi, {_stream_path(r): _predict_path(r) for r in stream_routes}
+            )
         self._openapi_body = msgspec.json.encode(self.openapi)
         self._docs_body = docs_page(self.openapi)
         self._decoders = _decoders(target.input_type)
@@ -145,16 +154,10 @@ class HttpApp:
         for route, (input_type, _) in target.routes.items():
             handler = partial(self._predict, route=route, decoders=_decoders(input_type))
             self._routes[f"/predict/{route}"] = ("POST", handler, True)
-        self._streaming = _streaming(target)
-        if self._streaming is not None:  # POST /stream: the chunks as they come
-            stage_routes: list[str | None] = [None, *target.routes]
-            for stage_route in stage_routes:
-                if self._streaming.can_stream(stage_route):
-                    decoders = (
-                        None if stage_route is None else _decoders(target.routes[stage_route][0])
-                    )
-                    handler = partial(self._stream, route=stage_route, decoders=decoders)
-                    self._routes[_stream_path(stage_route)] = ("POST", handler, True)
+        for stage_route in stream_routes:  # POST /stream: the chunks as they come
+            decoders = None if stage_route is None else _decoders(target.routes[stage_route][0])
+            handler = partial(self._stream, route=stage_route, decoders=decoders)
+            self._routes[_stream_path(stage_route)] = ("POST", handler, True)
 
     @property
     def draining(self) -> bool:
@@ -435,6 +438,11 @@ async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any]) -> No
 def _stream_path(route: str | None) -> str:
     """The path of the stream route of ``route`` (None: the whole model)."""
     return "/stream" if route is None else f"/stream/{route}"
+
+
+def _predict_path(route: str | None) -> str:
+    """The path of the predict route of ``route`` (None: the whole model)."""
+    return "/predict" if route is None else f"/predict/{route}"
 
 
 def _streaming(servable: Servable[Any, Any]) -> StreamingServable[Any, Any] | None:

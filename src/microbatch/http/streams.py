@@ -27,6 +27,7 @@ and an error after the first chunk: ``event: error`` with
 from __future__ import annotations
 
 import asyncio
+import copy
 import math
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -46,6 +47,7 @@ __all__ = [
     "SSE",
     "STREAM_MSGPACK",
     "Framing",
+    "add_stream_operations",
     "first_chunk_timeout_s",
     "framing_for_accept",
     "send_stream",
@@ -256,3 +258,30 @@ async def _on_disconnect(receive: Receive, cancel: Callable[[], None]) -> None:
     server answers ``receive()`` only when the client goes away)."""
     if (await receive())["type"] == "http.disconnect":
         cancel()
+
+
+def add_stream_operations(openapi: dict[str, Any], paths: dict[str, str]) -> None:
+    """Document each stream path (``{"/stream": "/predict", ...}``) in ``openapi``:
+    the same request as its predict path; the answer a stream of chunks."""
+    for path, predict in paths.items():
+        operation = copy.deepcopy(openapi["paths"][predict]["post"])
+        operation["summary"] = "The item's chunks as they are made (SSE, NDJSON or msgpack)"
+        operation["operationId"] = "stream" + predict.removeprefix("/predict").replace("/", "_")
+        operation.setdefault("parameters", []).append(
+            {
+                "name": "X-First-Chunk-Timeout-Ms",
+                "in": "header",
+                "required": False,
+                "description": "504 if no chunk came within this many milliseconds",
+                "schema": {"type": "number", "exclusiveMinimum": 0},
+            }
+        )
+        message = {"type": "string", "description": "one message per chunk, then the end"}
+        operation["responses"]["200"] = {
+            "description": "Chunks as they come, then the end or the item's error",
+            "content": {
+                framing.media_type.decode(): {"schema": message}
+                for framing in (SSE, NDJSON, STREAM_MSGPACK)
+            },
+        }
+        openapi["paths"][path] = {"post": operation}
