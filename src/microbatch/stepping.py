@@ -139,6 +139,10 @@ class StepLoop:
         admission: The admission policy (:func:`continuous` or :func:`lockstep`).
         clock: Reads the time and sets the streams' deadline timers.
         name: Shown in errors.
+        restart: When the runner fails (its worker died), start its active items
+            again, once each, instead of failing them: for models whose steps are
+            idempotent (the same item gives the same chunks), the chunks a caller
+            got already are made again but not sent again.
     """
 
     def __init__(
@@ -150,6 +154,7 @@ class StepLoop:
         admission: AdmissionPolicy = continuous,
         clock: Clock | None = None,
         name: str = "steps",
+        restart: bool = False,
     ) -> None:
         if not isinstance(max_active, int) or max_active < 1:
             raise ValueError(f"max_active must be an int >= 1, got {max_active!r}")
@@ -158,6 +163,9 @@ class StepLoop:
         self.max_queue = max_queue
         self.admission = admission
         self.name = name
+        self.restart = restart
+        self._replayed: dict[int, int] = {}  # key -> chunks still to make again, unsent
+        self._restarted: set[int] = set()  # keys started again once already
         self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._keys = itertools.count()
         self._waiting: deque[Channel] = deque()
@@ -205,6 +213,8 @@ class StepLoop:
 
         def ended(stream: Channel) -> None:
             self.recorder.ended(stream, self._clock.now())
+            self._restarted.discard(stream.key)
+            self._replayed.pop(stream.key, None)
             if on_end is not None:
                 on_end(stream)
 
@@ -251,10 +261,8 @@ class StepLoop:
                     return
                 try:
                     done = await self.runner.advance(job)
-                except Exception as error:  # the states are gone: their items fail
-                    for stream in self._active.values():
-                        stream.finish(error)
-                    self._active.clear()
+                except Exception as error:  # the states are gone
+                    self._lost(error)
                     continue
                 self._deliver(done)
                 # A runner that computed in this thread did not yield: let the
@@ -283,6 +291,20 @@ class StepLoop:
             return None
         return StepJob(tuple(keys), tuple(items), leave)
 
+    def _lost(self, error: Exception) -> None:
+        """The runner lost its states: its items fail with ``error``, or, with
+        ``restart``, start again (once each) at the head of the queue."""
+        again = []
+        for key, stream in self._active.items():
+            if self.restart and key not in self._restarted and not stream.ended:
+                self._restarted.add(key)
+                self._replayed[key] = stream.chunks_sent
+                again.append(stream)
+            else:
+                stream.finish(error)
+        self._active.clear()
+        self._waiting.extendleft(reversed(again))
+
     def _discard_left(self) -> None:
         if any(stream.ended for stream in self._waiting):
             self._waiting = deque(stream for stream in self._waiting if not stream.ended)
@@ -299,8 +321,11 @@ class StepLoop:
                 del active[key]
                 continue
             if chunk is not END:
-                self.recorder.chunk(stream, self._clock.now())
-                stream.push(chunk)
+                if self._replayed.get(key):  # made again after a restart: sent already
+                    self._replayed[key] -= 1
+                else:
+                    self.recorder.chunk(stream, self._clock.now())
+                    stream.push(chunk)
             if finished or chunk is END:
                 stream.finish()
                 del active[key]

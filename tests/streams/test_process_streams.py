@@ -12,7 +12,7 @@ import pytest
 
 from microbatch import ItemError, Service, Stage, WorkerDied
 
-from .models import Counter, Lockstep
+from .models import Counter, Lockstep, Slow
 
 
 async def test_chunks_stream_back_from_a_worker_process() -> None:
@@ -44,3 +44,13 @@ async def test_a_dead_worker_ends_its_streams_with_an_error() -> None:
 async def test_lockstep_in_a_worker_process() -> None:
     async with Service(Stage(Lockstep, max_batch_size=4)) as service:
         assert await service.submit(3) == [0, 1, 2]
+
+
+async def test_idempotent_steps_restart_on_a_fresh_worker_without_repeating_chunks() -> None:
+    async with Service(Stage(Slow, max_batch_size=4, idempotent=True)) as service:
+        stream = service.stream(30)
+        received = [await stream.__anext__() for _ in range(3)]
+        os.kill(service.pools[0].pids[0], signal.SIGKILL)
+        received += [chunk async for chunk in stream]
+        assert received == list(range(30))
+        assert service.stats().stages[0].restarts == 1

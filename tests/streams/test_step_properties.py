@@ -5,7 +5,8 @@ per-item errors at a random step, deadlines for the first chunk and the whole
 stream), cancellations, clock advances and worker deaths. Every stream must get
 exactly its own chunks, in order, and exactly one end; no step may compute an item
 whose caller left (or whose deadline passed) before the step began; ``max_active``
-is never exceeded; a failing item fails alone.
+is never exceeded; a failing item fails alone; with ``restart`` (idempotent steps),
+an item whose worker died starts again and its caller gets no chunk twice.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class World:
     running: list[asyncio.Future[None]] = field(default_factory=list)
     ends: Counter[int] = field(default_factory=Counter)
     timed: set[int] = field(default_factory=set)  # items opened with a deadline
+    restarted: set[int] = field(default_factory=set)  # items whose worker died once
 
     def check(self, states: list[list[Any]]) -> None:
         now = self.clock.now()
@@ -164,6 +166,7 @@ schedules = st.lists(
     max_queue=st.integers(1, 20),
     cost_s=st.sampled_from([0.0, 0.001]),
     admission=st.sampled_from([continuous, lockstep]),
+    restart=st.booleans(),
 )
 def test_every_stream_gets_exactly_its_own_chunks_and_one_end(
     schedule: list[Open | Advance | Cancel | Kill],
@@ -171,8 +174,9 @@ def test_every_stream_gets_exactly_its_own_chunks_and_one_end(
     max_queue: int,
     cost_s: float,
     admission: Any,
+    restart: bool,
 ) -> None:
-    asyncio.run(run_schedule(schedule, max_active, max_queue, cost_s, admission))
+    asyncio.run(run_schedule(schedule, max_active, max_queue, cost_s, admission, restart))
 
 
 async def run_schedule(
@@ -181,6 +185,7 @@ async def run_schedule(
     max_queue: int,
     cost_s: float,
     admission: Any,
+    restart: bool = False,
 ) -> Counter[str]:
     loop_errors: list[object] = []
     asyncio.get_running_loop().set_exception_handler(lambda _, ctx: loop_errors.append(ctx))
@@ -188,7 +193,12 @@ async def run_schedule(
     world = World(clock, max_active, cost_s)
     runner = WorldRunner(world)
     loop = StepLoop(
-        runner, max_active=max_active, max_queue=max_queue, admission=admission, clock=clock
+        runner,
+        max_active=max_active,
+        max_queue=max_queue,
+        admission=admission,
+        clock=clock,
+        restart=restart,
     )
     items: list[Item] = []
     received: list[list[str]] = []
@@ -232,7 +242,10 @@ async def run_schedule(
         elif isinstance(op, Kill):
             await _settle()
             if world.running:
-                world.killed.update(_held(runner, loop))
+                held = _held(runner, loop)
+                # With restart, an item dies only with its second worker.
+                world.killed.update(held if not restart else held & world.restarted)
+                world.restarted.update(held)
                 world.running.pop(0).set_result(None)
         else:
             task = tasks[op.index] if op.index < len(tasks) else None

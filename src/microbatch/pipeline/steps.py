@@ -167,6 +167,7 @@ class StepStage:
                 max_queue=config.max_queue,
                 admission=admission,
                 name=f"stage {self.stage.name!r}",
+                restart=self.stage.idempotent,
             )
             for runner in self._runners
         ]
