@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 
 import pytest
 
@@ -54,3 +55,24 @@ async def test_idempotent_steps_restart_on_a_fresh_worker_without_repeating_chun
         received += [chunk async for chunk in stream]
         assert received == list(range(30))
         assert service.stats().stages[0].restarts == 1
+
+
+async def test_a_worker_that_died_while_idle_fails_no_new_stream() -> None:
+    async with Service(Stage(Counter, max_batch_size=4)) as service:
+        pid = service.pools[0].pids[0]
+        os.kill(pid, signal.SIGKILL)
+        await asyncio.get_running_loop().run_in_executor(None, _wait_gone, pid)
+        assert await service.submit("new:2") == ["new-0", "new-1"]
+        assert service.pools[0].pids[0] != pid
+
+
+def _wait_gone(pid: int) -> None:
+    """Until the killed worker is reaped or a zombie (bounded)."""
+    for _ in range(500):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().split(")")[1].split()[0] == "Z":
+                    return
+        except FileNotFoundError:
+            return
+        time.sleep(0.01)

@@ -101,6 +101,7 @@ class ProcessStepRunner:
         self._process: BaseProcess | None = None
         self._jobs: Connection | None = None
         self._results: Connection | None = None
+        self._held: set[int] = set()  # keys whose state lives in the worker
         self.restarts = 0
 
     @property
@@ -142,10 +143,23 @@ class ProcessStepRunner:
                 job.leave,
             )
         loop = asyncio.get_running_loop()
+        held = self._held - set(job.leave)
+        if self._process is not None and not self._process.is_alive():  # died while idle
+            await loop.run_in_executor(self._io, self._forget)
+            if held:  # states were lost; with none, a fresh worker takes this step
+                self._held.clear()
+                raise WorkerDied(f"stage {self._stage.name!r}: the worker died")
         if self._process is None:
             self.restarts += 1
             await loop.run_in_executor(self._io, self._spawn)
-        done: StepDone = await loop.run_in_executor(self._io, self._exchange, job)
+        self._held = held | set(job.join_keys)
+        try:
+            done: StepDone = await loop.run_in_executor(self._io, self._exchange, job)
+        except WorkerDied:
+            self._held.clear()
+            raise
+        ended = (key for key, end in zip(done.keys, done.finished, strict=True) if end)
+        self._held.difference_update(ended)
         for key, error in zip(refused_keys, refused.values(), strict=True):
             done.keys.append(key)  # an item that cannot reach the worker fails alone
             done.chunks.append(error)
