@@ -32,7 +32,7 @@ import platform
 import random
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "servers"))
 from stream_models import MAX_ACTIVE, step_time_s
 
 from harness import ROOT, Contender, ensure_venv, serving, versions
+
+sys.path.insert(0, str(ROOT))
+from examples.generate import CharModel, Prompt
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -79,10 +82,18 @@ def lengths(count: int, seed: int) -> list[int]:
 
 
 async def run_one(
-    model: type[microbatch.Model], concurrency: int, work: list[int]
+    model: type[microbatch.Model],
+    concurrency: int,
+    work: list[int],
+    item: Callable[[int], Any] = int,
+    kwargs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Stream every length in ``work`` with ``concurrency`` clients; the figures."""
-    service = Service(Stage(model, mode="thread", max_batch_size=MAX_ACTIVE, max_queue=10_000))
+    """Stream every length in ``work`` (``item(length)`` is what is sent) with
+    ``concurrency`` clients; the figures."""
+    stage = Stage(
+        model, mode="thread", max_batch_size=MAX_ACTIVE, max_queue=10_000, kwargs=kwargs or {}
+    )
+    service = Service(stage)
     records: list[tuple[int, float, float]] = []  # length, first chunk s, total s
     queue = list(reversed(work))
 
@@ -92,7 +103,7 @@ async def run_one(
             opened = time.perf_counter()
             first = None
             count = 0
-            async for _ in service.stream(length):
+            async for _ in service.stream(item(length)):
                 if first is None:
                     first = time.perf_counter() - opened
                 count += 1
@@ -138,6 +149,29 @@ def percentile(ordered: list[float], q: float) -> float:
 
 IN_PROCESS = {"microbatch step-wise": SimulatedSteps, "microbatch lockstep": SimulatedLockstep}
 """In-process contenders: ``service.stream`` (no HTTP)."""
+
+
+class CharLockstep(microbatch.Model):
+    """The generative example's model as a generator ``predict``: every step runs
+    the whole batch (finished items as padding) until its longest item ends."""
+
+    def __init__(self, train_s: float) -> None:
+        self.model = CharModel(train_s=train_s)
+
+    def setup(self, worker: microbatch.WorkerContext) -> None:
+        self.model.setup(worker)
+
+    def predict(self, batch: list[Prompt]) -> Iterator[list[Any]]:
+        states = self.model.start(batch)
+        left = [prompt.max_tokens for prompt in batch]
+        for _ in range(max(left)):
+            chunks, _ = self.model.step(states)  # type: ignore[arg-type]
+            yield [chunk if n > 0 else END for chunk, n in zip(chunks, left, strict=True)]
+            left = [n - 1 for n in left]
+
+
+GENERATIVE = {"generate.py step-wise": CharModel, "generate.py lockstep": CharLockstep}
+"""The generative example (a character GRU, torch, trained 2 s at start-up)."""
 
 
 # -- over HTTP -------------------------------------------------------------------------
@@ -334,6 +368,25 @@ async def run_in_process(rounds: int, levels: list[int]) -> dict[str, Any]:
     return results
 
 
+async def run_generative(rounds: int, levels: list[int]) -> dict[str, Any]:
+    """The generative example, step-wise and lockstep, at every level."""
+    results: dict[str, Any] = {}
+    for concurrency in levels:
+        work = lengths(rounds * concurrency, seed=concurrency)
+        for name, model in GENERATIVE.items():
+            figures = await run_one(
+                model,
+                concurrency,
+                work,
+                item=lambda n: Prompt("Beautiful is ", max_tokens=n),
+                kwargs={"train_s": 2.0},
+            )
+            figures["stepwise"] = model is CharModel
+            results[f"{name} @ {concurrency}"] = figures
+            print(f"{name:40} @ {concurrency:3}: {_rounded(figures)}", flush=True)
+    return results
+
+
 # -- the report ------------------------------------------------------------------------
 
 
@@ -359,7 +412,7 @@ def targets(results: dict[str, Any], ours: str, level: int, step_ms: float) -> l
     mine = results.get(f"{ours} @ {level}")
     if mine is None:
         return []
-    lines = [f"{ours} at {level} streams (one step of {step_ms:.2f} ms at 64 active):", ""]
+    lines = [f"{ours} at {level} streams (one step: {step_ms:.2f} ms):", ""]
     for key, other in results.items():
         if not key.endswith(f" @ {level}") or key.startswith(ours):
             continue
@@ -380,7 +433,11 @@ def targets(results: dict[str, Any], ours: str, level: int, step_ms: float) -> l
 
 
 def report(
-    inproc: dict[str, Any], http: dict[str, Any], seen: dict[str, str], levels: list[int]
+    inproc: dict[str, Any],
+    generative: dict[str, Any],
+    http: dict[str, Any],
+    seen: dict[str, str],
+    levels: list[int],
 ) -> str:
     step_ms = 1000 * step_time_s(MAX_ACTIVE)
     lines = [
@@ -404,6 +461,19 @@ def report(
         "",
         *targets(inproc, "microbatch step-wise", 64, step_ms),
     ]
+    if generative:
+        mean_step = generative.get("generate.py step-wise @ 64", {}).get("mean_step_ms", 0.0)
+        lines += [
+            "## The generative example (`examples/generate.py`, in-process)",
+            "",
+            "A character GRU (torch, hidden 128, one thread) trained 2 s at start-up; the"
+            " same lengths as above as `max_tokens`. Lockstep: the same model as a"
+            " generator `predict`, every step over the whole batch.",
+            "",
+            *table(generative),
+            "",
+            *targets(generative, "generate.py step-wise", 64, mean_step),
+        ]
     if http:
         lines += [
             "## Over HTTP (one stream per connection, the client counts chunks as they arrive)",
@@ -424,15 +494,17 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=4, help="streams per client")
     parser.add_argument("--levels", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--no-http", action="store_true", help="in-process contenders only")
+    parser.add_argument("--no-generative", action="store_true", help="skip examples/generate.py")
     parser.add_argument("--http-only", nargs="*", help="only the HTTP contenders named so")
     args = parser.parse_args()
     inproc = asyncio.run(run_in_process(args.rounds, args.levels))
+    generative = {} if args.no_generative else asyncio.run(run_generative(2, args.levels))
     http, seen = ({}, {})
     if not args.no_http:
         http, seen = run_http(args.rounds, args.levels, RESULTS / "logs", args.http_only)
     RESULTS.mkdir(exist_ok=True)
-    payload = {"in_process": inproc, "http": http, "versions": seen}
+    payload = {"in_process": inproc, "generative": generative, "http": http, "versions": seen}
     (RESULTS / "streaming.json").write_text(json.dumps(payload, indent=2))
-    text = report(inproc, http, seen, args.levels)
+    text = report(inproc, generative, http, seen, args.levels)
     (RESULTS / "streaming.md").write_text(text + "\n")
     print(text)

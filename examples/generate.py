@@ -129,29 +129,35 @@ class CharModel(microbatch.StepModel):
             optimiser.step()
 
     def start(self, items: list[Prompt]) -> list[_Generation | microbatch.ItemError]:
-        """Read each prompt into its hidden state; a prompt with a character the
-        model never saw fails alone."""
+        """Read the prompts into their hidden states, all in one GRU call; a prompt
+        with a character the model never saw fails alone."""
         import torch
+        from torch.nn.utils.rnn import pack_sequence
 
         states: list[_Generation | microbatch.ItemError] = []
-        with torch.inference_mode():
-            for item in items:
-                text = "\n" + item.prompt
-                unknown = sorted(set(text) - self.index.keys())
-                if unknown:
-                    states.append(
-                        microbatch.ItemError(f"the model never saw the characters {unknown}")
-                    )
-                    continue
-                codes = torch.tensor([[self.index[c] for c in text[:-1]]])
-                hidden = torch.zeros(1, 1, self.hidden_size)
-                if codes.shape[1]:
-                    _, hidden = self.gru(self.embed(codes), hidden)
-                states.append(
-                    _Generation(
-                        hidden[0, 0], self.index[text[-1]], item.max_tokens, item.temperature
-                    )
+        prefixes: dict[int, Any] = {}  # state index -> codes of the prompt but its last char
+        for item in items:
+            text = "\n" + item.prompt
+            unknown = sorted(set(text) - self.index.keys())
+            if unknown:
+                states.append(microbatch.ItemError(f"the model never saw the characters {unknown}"))
+                continue
+            if len(text) > 1:
+                prefixes[len(states)] = torch.tensor([self.index[c] for c in text[:-1]])
+            zeros = torch.zeros(self.hidden_size)
+            states.append(
+                _Generation(zeros, self.index[text[-1]], item.max_tokens, item.temperature)
+            )
+        if prefixes:
+            with torch.inference_mode():
+                packed = pack_sequence(
+                    [self.embed(codes) for codes in prefixes.values()], enforce_sorted=False
                 )
+                _, hidden = self.gru(packed)
+            for row, index in zip(hidden[0], prefixes, strict=True):
+                state = states[index]
+                assert isinstance(state, _Generation)
+                state.hidden = row
         return states
 
     def step(self, states: list[_Generation]) -> tuple[list[str], list[bool]]:
