@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +41,8 @@ __all__ = [
     "continuous",
     "lockstep",
 ]
+
+logger = logging.getLogger("microbatch.stepping")
 
 
 class _End:
@@ -268,6 +271,12 @@ class StepLoop:
                 # A runner that computed in this thread did not yield: let the
                 # callers read before the next step.
                 await asyncio.sleep(0)
+        except Exception as error:  # a bug here must not leave a stream hanging
+            logger.exception("%s: the step loop failed; its streams end with the error", self.name)
+            self._end_all(error)
+        except BaseException:  # cancelled (the event loop is shutting down)
+            self._end_all(BatcherClosed(f"{self.name} stopped before the stream ended"))
+            raise
         finally:
             self._task = None
             if self._idle is not None:
@@ -290,6 +299,13 @@ class StepLoop:
         if not self._active and not leave:
             return None
         return StepJob(tuple(keys), tuple(items), leave)
+
+    def _end_all(self, error: Exception) -> None:
+        """End every waiting and active stream with ``error``."""
+        for stream in [*self._waiting, *self._active.values()]:
+            stream.finish(error)
+        self._waiting.clear()
+        self._active.clear()
 
     def _lost(self, error: Exception) -> None:
         """The runner lost its states: its items fail with ``error``, or, with

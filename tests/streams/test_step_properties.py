@@ -321,3 +321,23 @@ def _held(runner: WorldRunner, loop: StepLoop) -> set[int]:
 async def _settle(rounds: int = 8) -> None:
     for _ in range(rounds):
         await asyncio.sleep(0)
+
+
+async def test_a_loop_that_breaks_ends_every_stream() -> None:
+    """A bug in the loop (here: an admission policy that raises) must not leave a
+    caller waiting: every open stream ends with the error."""
+
+    def broken(active: int, waiting: int, max_active: int) -> int:
+        raise RuntimeError("policy bug")
+
+    world = World(FakeClock(), max_active=2, cost_s=0.0)
+    loop = StepLoop(WorldRunner(world), max_active=2, admission=broken, clock=world.clock)
+    streams = [loop.open(Item(i, 3, None, False)) for i in range(3)]
+    for stream in streams:
+        try:
+            await stream.__anext__()
+        except RuntimeError as error:
+            assert str(error) == "policy bug"
+        else:
+            raise AssertionError("a stream of a broken loop gave a chunk")
+    assert loop.load == 0
