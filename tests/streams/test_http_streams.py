@@ -20,7 +20,7 @@ from microbatch.http import HttpApp
 from tests.http.conftest import serving
 from tests.serve.test_server import running
 
-from .models import Counter
+from .models import Counter, Name
 
 HANG_GUARD_S = 60.0
 SSE, NDJSON, MSGPACK = "text/event-stream", "application/x-ndjson", "application/msgpack"
@@ -240,3 +240,18 @@ async def test_the_stream_route_is_documented() -> None:
         "application/msgpack",
     }
     assert "X-First-Chunk-Timeout-Ms" in [p["name"] for p in operation["parameters"]]
+
+
+async def test_a_pipeline_streams_its_whole_path_and_its_streaming_stage() -> None:
+    pipeline = Service(Stage(Name, mode="thread"), Stage(Counter, mode="thread"))
+    async with serving(HttpApp(pipeline)) as client:
+        whole = await client.post("/stream", json=2, headers={"accept": NDJSON})
+        alone = await client.post("/stream/Counter", json="c:1", headers={"accept": NDJSON})
+        none = await client.post("/stream/Name", json=1)
+    assert [json.loads(line) for line in whole.text.splitlines()] == [
+        {"chunk": "item2-0"},
+        {"chunk": "item2-1"},
+        {"end": {"status": "complete", "chunks": 2}},
+    ]
+    assert json.loads(alone.text.splitlines()[0]) == {"chunk": "c-0"}
+    assert none.status_code == 404
