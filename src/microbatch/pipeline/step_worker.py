@@ -102,7 +102,12 @@ class ProcessStepRunner:
         self._jobs: Connection | None = None
         self._results: Connection | None = None
         self._held: set[int] = set()  # keys whose state lives in the worker
-        self.restarts = 0
+        self._restarts = 0
+
+    @property
+    def restarts(self) -> int:
+        """Times the worker was started again after dying."""
+        return self._restarts
 
     @property
     def pids(self) -> list[int]:
@@ -150,7 +155,7 @@ class ProcessStepRunner:
                 self._held.clear()
                 raise WorkerDied(f"stage {self._stage.name!r}: the worker died")
         if self._process is None:
-            self.restarts += 1
+            self._restarts += 1
             await loop.run_in_executor(self._io, self._spawn)
         self._held = held | set(job.join_keys)
         try:

@@ -61,6 +61,16 @@ class ThreadStepRunner:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"microbatch-{stage.name}")
         self._executor: StepExecutor | None = None
 
+    @property
+    def restarts(self) -> int:
+        """Always 0: a thread does not die and come back."""
+        return 0
+
+    @property
+    def pids(self) -> list[int]:
+        """Empty: the worker is a thread of this process."""
+        return []
+
     async def start(self) -> None:
         """Build and set up the model in its thread.
 
@@ -91,6 +101,14 @@ class ThreadStepRunner:
 class WorkerStepRunner(StepRunner, Protocol):
     """A step runner that owns a worker: started before the first step, closed after
     the last."""
+
+    @property
+    def restarts(self) -> int:
+        """Times the worker was started again after dying."""
+
+    @property
+    def pids(self) -> list[int]:
+        """The worker's process id (empty for a thread)."""
 
     async def start(self) -> None:
         """Start the worker and set up its model."""
@@ -131,7 +149,7 @@ class StepStage:
     @property
     def restarts(self) -> int:
         """Workers started again after dying."""
-        return sum(getattr(runner, "restarts", 0) for runner in self._runners)
+        return sum(runner.restarts for runner in self._runners)
 
     @property
     def failure(self) -> StageFailed | None:
@@ -141,7 +159,7 @@ class StepStage:
     @property
     def pids(self) -> list[int]:
         """Process ids of the worker processes (empty for threads)."""
-        return [pid for runner in self._runners for pid in getattr(runner, "pids", [])]
+        return [pid for runner in self._runners for pid in runner.pids]
 
     async def start(self) -> None:
         """Start every worker and set up its model.
