@@ -23,14 +23,17 @@ from .errors import (
     WorkerDied,
 )
 from .merge import ListRows, NumpyRows, RowFormat
-from .pipeline import Model, Service, Stage, WorkerContext
+from .pipeline import Model, Service, Stage, StepModel, WorkerContext
 from .policy import AdaptivePolicy, CostModel, FixedPolicy, Policy, QueueState
-from .stats import BatcherStats, ServiceStats, StageStats
-from .types import Route, Servable, deadline_from
+from .stats import BatcherStats, ServiceStats, StageStats, StreamStats
+from .stepping import END
+from .streams import Stream
+from .types import Route, Servable, StreamingServable, deadline_from
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "END",
     "AdaptivePolicy",
     "AsyncBatchedFunction",
     "BatchConfig",
@@ -63,6 +66,10 @@ __all__ = [
     "Stage",
     "StageFailed",
     "StageStats",
+    "StepModel",
+    "Stream",
+    "StreamStats",
+    "StreamingServable",
     "SyncBatchedFunction",
     "WorkerContext",
     "WorkerDied",

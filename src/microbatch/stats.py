@@ -7,10 +7,21 @@ from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from types import MappingProxyType
+from typing import Protocol
 
 from .policy import QueueState
 
-__all__ = ["QUEUE_WAIT_BUCKETS_S", "BatcherStats", "ServiceStats", "StageStats", "StatsRecorder"]
+__all__ = [
+    "CHUNKS_BUCKETS",
+    "QUEUE_WAIT_BUCKETS_S",
+    "STREAM_TIME_BUCKETS_S",
+    "BatcherStats",
+    "ServiceStats",
+    "StageStats",
+    "StatsRecorder",
+    "StreamStats",
+    "StreamStatsRecorder",
+]
 
 QUEUE_WAIT_BUCKETS_S = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
@@ -130,13 +141,15 @@ def _percentile_ms(ordered: list[float], fraction: float) -> float:
 
 @dataclass(frozen=True)
 class StageStats:
-    """One stage at one moment: its workers and its batcher's counters."""
+    """One stage at one moment: its workers and its batcher's counters (and, for a
+    stage that streams, its stream counters)."""
 
     name: str
     workers: int
     workers_alive: int
     restarts: int
     batching: BatcherStats
+    streams: StreamStats | None = None
 
 
 @dataclass(frozen=True)
@@ -154,3 +167,149 @@ class ServiceStats:
     draining: bool
     in_flight: int
     stages: tuple[StageStats, ...]
+
+
+# -- streams (step-wise batching) ------------------------------------------------------
+
+STREAM_TIME_BUCKETS_S = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+"""Upper bounds (seconds) of the time-to-first-chunk and time-between-chunks histograms."""
+
+CHUNKS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+"""Upper bounds of the chunks-per-stream histogram."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStats:
+    """The streams of a step-wise stage at one moment.
+
+    Attributes:
+        active: Streams stepped now.
+        waiting: Streams waiting to join a step.
+        opened: Streams opened so far.
+        completed: Streams that ended complete.
+        failed: Streams that ended with an error (their own, a deadline, a dead worker).
+        left: Streams whose caller stopped reading first.
+        rejected: Streams refused before they started (overload).
+        steps: Steps run.
+        step_seconds: Time the model spent in those steps.
+        chunks: Chunks sent.
+        first_chunk_counts: Streams per bucket of their time to first chunk (one
+            count per bound of ``STREAM_TIME_BUCKETS_S``, then the count above).
+        first_chunk_sum_s: Total time to first chunk.
+        between_chunks_counts: Chunks after the first per bucket of the time since
+            the previous chunk.
+        between_chunks_sum_s: Total time between chunks.
+        chunks_counts: Ended streams per bucket of their chunk count (bounds
+            ``CHUNKS_BUCKETS``, then the count above).
+        chunks_counts_sum: Chunks of the ended streams.
+    """
+
+    active: int
+    waiting: int
+    opened: int
+    completed: int
+    failed: int
+    left: int
+    rejected: int
+    steps: int
+    step_seconds: float
+    chunks: int
+    first_chunk_counts: tuple[int, ...]
+    first_chunk_sum_s: float
+    between_chunks_counts: tuple[int, ...]
+    between_chunks_sum_s: float
+    chunks_counts: tuple[int, ...]
+    chunks_counts_sum: float
+
+
+class _Histogram:
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0
+
+    def add(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+
+class StreamStatsRecorder:
+    """Accumulates a step loop's stream counters (one event loop: no locks)."""
+
+    def __init__(self) -> None:
+        self.opened = 0
+        self.completed = 0
+        self.failed = 0
+        self.left = 0
+        self.rejected = 0
+        self.steps = 0
+        self.step_seconds = 0.0
+        self.chunks = 0
+        self._first = _Histogram(STREAM_TIME_BUCKETS_S)
+        self._between = _Histogram(STREAM_TIME_BUCKETS_S)
+        self._lengths = _Histogram(tuple(float(b) for b in CHUNKS_BUCKETS))
+
+    def stepped(self, active: int, started_s: float | None, finished_s: float | None) -> None:
+        """One step ran over ``active`` items."""
+        self.steps += 1
+        if started_s is not None and finished_s is not None:
+            self.step_seconds += max(0.0, finished_s - started_s)
+
+    def chunk(self, stream: _Timed, now: float) -> None:
+        """``stream`` gets a chunk at ``now`` (before it is pushed)."""
+        self.chunks += 1
+        if stream.last_chunk_s is None:
+            self._first.add(now - stream.opened_s)
+        else:
+            self._between.add(now - stream.last_chunk_s)
+
+    def ended(self, stream: _Ended, now: float) -> None:
+        """``stream`` ended at ``now``."""
+        if stream.left:
+            self.left += 1
+        elif stream.error is not None:
+            self.failed += 1
+        else:
+            self.completed += 1
+        self._lengths.add(float(stream.chunks_sent))
+
+    def snapshot(self, active: int, waiting: int) -> StreamStats:
+        """A frozen copy of the counters."""
+        return StreamStats(
+            active=active,
+            waiting=waiting,
+            opened=self.opened,
+            completed=self.completed,
+            failed=self.failed,
+            left=self.left,
+            rejected=self.rejected,
+            steps=self.steps,
+            step_seconds=self.step_seconds,
+            chunks=self.chunks,
+            first_chunk_counts=tuple(self._first.counts),
+            first_chunk_sum_s=self._first.total,
+            between_chunks_counts=tuple(self._between.counts),
+            between_chunks_sum_s=self._between.total,
+            chunks_counts=tuple(self._lengths.counts),
+            chunks_counts_sum=self._lengths.total,
+        )
+
+
+class _Timed(Protocol):
+    @property
+    def opened_s(self) -> float: ...
+    @property
+    def last_chunk_s(self) -> float | None: ...
+
+
+class _Ended(Protocol):
+    @property
+    def left(self) -> bool: ...
+    @property
+    def error(self) -> BaseException | None: ...
+    @property
+    def chunks_sent(self) -> int: ...

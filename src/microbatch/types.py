@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
@@ -24,6 +24,7 @@ __all__ = [
     "BatchRunner",
     "Route",
     "Servable",
+    "StreamingServable",
     "deadline_from",
 ]
 
@@ -86,7 +87,7 @@ class Servable(Protocol[T_contra, R_co]):
     time and gives each caller its own result.
 
     :class:`~microbatch.Service` and ``@microbatch.batch`` functions implement it.
-    Streams (``stream(item, *, deadline, route)``) will be added here.
+    A servable that can also stream its results speaks :class:`StreamingServable`.
     """
 
     @property
@@ -134,6 +135,41 @@ class Servable(Protocol[T_contra, R_co]):
 
     def stats(self) -> ServiceStats:
         """A snapshot of the counters of every stage."""
+
+
+@runtime_checkable
+class StreamingServable(Servable[T_contra, R_co], Protocol[T_contra, R_co]):
+    """A :class:`Servable` whose results may come as streams of chunks (a model that
+    generates step by step). :class:`~microbatch.Service` speaks it; front doors
+    ask :meth:`can_stream` before they offer a stream.
+    """
+
+    def can_stream(self, route: str | None = None) -> bool:
+        """Whether :meth:`stream` works for ``route`` (None: the whole model)."""
+
+    def stream(
+        self,
+        item: T_contra,
+        *,
+        deadline: float | None = None,
+        route: str | None = None,
+        first_chunk_deadline: float | None = None,
+    ) -> AsyncIterator[Any]:
+        """One item in, its chunks out as they come, then its end (or its own error,
+        raised from the iteration). Stopping the iteration early (``aclose()``, a
+        cancelled task) frees the item's place at the next step.
+
+        Args:
+            item: The item, already decoded and validated.
+            deadline: The whole stream must end by this ``time.monotonic()`` time.
+            route: One of :attr:`routes`, or None for the whole model.
+            first_chunk_deadline: The first chunk must come by this time.
+
+        Raises:
+            Overloaded: Too many items inside: refused before the stream starts.
+            BatcherClosed: Not started, or shutting down.
+            TypeError: The model (or the route) does not stream.
+        """
 
 
 # -- between a batcher and what runs its batches ------------------------------------

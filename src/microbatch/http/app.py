@@ -24,7 +24,7 @@ from .. import __version__
 from ..inference import InferenceModel
 from ..loading import as_servable
 from ..logs import current_request_id
-from ..types import Servable
+from ..types import Servable, StreamingServable, deadline_from
 from .access_log import log_access, log_access_line
 from .asgi import (
     BODY_DEADLINE_EXTENSION,
@@ -36,7 +36,7 @@ from .asgi import (
     header,
     send_response,
 )
-from .codecs import CODECS, JSON, Decoder
+from .codecs import CODECS, JSON, Decoder, codec_for_content_type
 from .error_log import RepeatedErrorLog
 from .inference_v2 import v2_routes
 from .metrics import HttpMetrics
@@ -58,6 +58,13 @@ from .status import (
     NotFound,
     NotReady,
     Unauthorized,
+)
+from .streams import (
+    add_stream_operations,
+    first_chunk_timeout_s,
+    framing_for_accept,
+    send_stream,
+    wants_stream,
 )
 
 __all__ = ["HttpApp", "HttpConfig", "app"]
@@ -135,6 +142,14 @@ class HttpApp:
             routes=target.routes,
             examples=target.examples,
         )
+        self._streaming = _streaming(target)
+        stream_routes: list[str | None] = []
+        if self._streaming is not None:
+            every: list[str | None] = [None, *target.routes]
+            stream_routes = [r for r in every if self._streaming.can_stream(r)]
+            add_stream_operations(
+                self.openapi, {_stream_path(r): _predict_path(r) for r in stream_routes}
+            )
         self._openapi_body = msgspec.json.encode(self.openapi)
         self._docs_body = docs_page(self.openapi)
         self._decoders = _decoders(target.input_type)
@@ -155,6 +170,10 @@ class HttpApp:
         for route, (input_type, _) in target.routes.items():
             handler = partial(self._predict, route=route, decoders=_decoders(input_type))
             self._routes[f"/predict/{route}"] = ("POST", handler, True)
+        for stage_route in stream_routes:  # POST /stream: the chunks as they come
+            decoders = None if stage_route is None else _decoders(target.routes[stage_route][0])
+            handler = partial(self._stream, route=stage_route, decoders=decoders)
+            self._routes[_stream_path(stage_route)] = ("POST", handler, True)
         self._routes.update(v2_routes(self, {target.name: InferenceModel(target)}))
         self._routes.update(embedding_routes(self, {target.name: target}))
         self._predictors = {
@@ -181,11 +200,15 @@ class HttpApp:
 
     def native_predictors(self) -> dict[str, Predictor]:
         """The predict routes a server may call without ASGI (see :mod:`.predict`),
-        by path: those whose entry in the route table is still the app's own."""
+        by path: those whose entry in the route table is still the app's own and
+        that have no stream form (``/predict`` with ``Accept: text/event-stream``
+        streams, which only the ASGI path does)."""
         return {
             path: predictor
             for path, predictor in self._predictors.items()
-            if path in self._routes and _same_handler(self._routes[path][1], self)
+            if path in self._routes
+            and _same_handler(self._routes[path][1], self)
+            and _stream_path(self._predictors[path].route) not in self._routes
         }
 
     def record(self, route: str, status: int, seconds: float, request_id: str, client: str) -> None:
@@ -270,12 +293,39 @@ class HttpApp:
         route: str | None = None,
         decoders: dict[str, Decoder] | None = None,
     ) -> int:
+        accept = header(scope, b"accept")
+        if wants_stream(accept) and _stream_path(route) in self._routes:
+            return await self._stream(scope, receive, send, route, decoders)
         predictor = self._predictors["/predict" if route is None else f"/predict/{route}"]
         deadline, decode, encoder = predictor.check(scope["headers"], authorize=False)
         item = decode(await self._read_body(scope, receive))
         result = await self._result(scope, item, deadline, receive, route)
         await send_response(send, 200, encode_result(encoder, result), encoder.media_type)
         return 200
+
+    async def _stream(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        route: str | None = None,
+        decoders: dict[str, Decoder] | None = None,
+    ) -> int:
+        """``POST /stream``: the item's chunks as SSE, NDJSON or msgpack messages
+        (see ``http/streams.py``); errors before the first chunk are plain errors."""
+        if self._draining:
+            raise NotReady("the server is shutting down")
+        assert self._streaming is not None
+        deadline = deadline_from(self._timeout_s(scope))
+        first_chunk_deadline = deadline_from(first_chunk_timeout_s(scope), deadline)
+        framing = framing_for_accept(header(scope, b"accept"))
+        content_type = codec_for_content_type(header(scope, b"content-type")).name
+        decode = (self._decoders if decoders is None else decoders)[content_type]
+        item = decode(await self._read_body(scope, receive))
+        chunks = self._streaming.stream(
+            item, deadline=deadline, route=route, first_chunk_deadline=first_chunk_deadline
+        )
+        return await send_stream(scope, receive, send, chunks, framing)
 
     async def _live(self, scope: Scope, receive: Receive, send: Send) -> int:
         await send_response(send, 200, b'{"status":"live"}', JSON.media_type)
@@ -435,6 +485,26 @@ async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any]) -> No
     """
     if (await receive())["type"] == "http.disconnect":
         task.cancel()
+
+
+def _stream_path(route: str | None) -> str:
+    """The path of the stream route of ``route`` (None: the whole model)."""
+    return "/stream" if route is None else f"/stream/{route}"
+
+
+def _predict_path(route: str | None) -> str:
+    """The path of the predict route of ``route`` (None: the whole model)."""
+    return "/predict" if route is None else f"/predict/{route}"
+
+
+def _streaming(servable: Servable[Any, Any]) -> StreamingServable[Any, Any] | None:
+    """``servable`` if it can stream for some route, else None."""
+    if not isinstance(servable, StreamingServable):
+        return None
+    routes: list[str | None] = [None, *servable.routes]
+    if any(servable.can_stream(route) for route in routes):
+        return servable
+    return None
 
 
 def _decoders(item_type: Any) -> dict[str, Decoder]:

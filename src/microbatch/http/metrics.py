@@ -20,7 +20,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from ..stats import QUEUE_WAIT_BUCKETS_S, ServiceStats
+from ..stats import CHUNKS_BUCKETS, QUEUE_WAIT_BUCKETS_S, STREAM_TIME_BUCKETS_S, ServiceStats
 
 __all__ = [
     "BATCH_SIZE_BUCKETS",
@@ -102,6 +102,75 @@ class ServiceCollector(Collector):
             buckets, total = _cumulative(counts.batch_sizes)
             sizes.add_metric(name, buckets, sum_value=total)
         yield from (queued, running, alive, restarts, batches, dropped, wait, sizes)
+        yield from _stream_families(stats)
+
+
+def _stream_families(stats: ServiceStats) -> Iterator[Metric]:
+    """The families of the stages that stream (none when no stage does)."""
+    streaming = [stage for stage in stats.stages if stage.streams is not None]
+    if not streaming:
+        return
+    label = ["stage"]
+    active = GaugeMetricFamily("microbatch_active_streams", "Streams stepped now", labels=label)
+    waiting = GaugeMetricFamily(
+        "microbatch_waiting_streams", "Streams waiting to join a step", labels=label
+    )
+    steps = CounterMetricFamily(
+        "microbatch_steps", "Steps run (rate(): steps per second)", labels=label
+    )
+    step_time = CounterMetricFamily(
+        "microbatch_step_seconds", "Time the model spent in steps", labels=label
+    )
+    chunks = CounterMetricFamily("microbatch_stream_chunks", "Chunks sent", labels=label)
+    ended = CounterMetricFamily(
+        "microbatch_streams",
+        "Streams by how they ended (completed, failed, left, rejected)",
+        labels=["stage", "outcome"],
+    )
+    first = HistogramMetricFamily(
+        "microbatch_stream_first_chunk_seconds",
+        "Time from a stream's arrival to its first chunk",
+        labels=label,
+    )
+    between = HistogramMetricFamily(
+        "microbatch_stream_between_chunks_seconds",
+        "Time between two chunks of a stream",
+        labels=label,
+    )
+    lengths = HistogramMetricFamily(
+        "microbatch_stream_chunks_per_stream", "Chunks per ended stream", labels=label
+    )
+    for stage in streaming:
+        name, counts = [stage.name], stage.streams
+        assert counts is not None
+        active.add_metric(name, counts.active)
+        waiting.add_metric(name, counts.waiting)
+        steps.add_metric(name, counts.steps)
+        step_time.add_metric(name, counts.step_seconds)
+        chunks.add_metric(name, counts.chunks)
+        for outcome, value in (
+            ("completed", counts.completed),
+            ("failed", counts.failed),
+            ("left", counts.left),
+            ("rejected", counts.rejected),
+        ):
+            ended.add_metric([stage.name, outcome], value)
+        first.add_metric(
+            name,
+            _cumulative_counts(STREAM_TIME_BUCKETS_S, counts.first_chunk_counts),
+            sum_value=counts.first_chunk_sum_s,
+        )
+        between.add_metric(
+            name,
+            _cumulative_counts(STREAM_TIME_BUCKETS_S, counts.between_chunks_counts),
+            sum_value=counts.between_chunks_sum_s,
+        )
+        lengths.add_metric(
+            name,
+            _cumulative_counts(CHUNKS_BUCKETS, counts.chunks_counts),
+            sum_value=counts.chunks_counts_sum,
+        )
+    yield from (active, waiting, steps, step_time, chunks, ended, first, between, lengths)
 
 
 def _cumulative(batch_sizes: Mapping[int, int]) -> tuple[list[tuple[str, float]], float]:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Model", "WorkerContext"]
+__all__ = ["Model", "StepModel", "WorkerContext"]
 
 
 @dataclass(frozen=True)
@@ -30,3 +30,34 @@ class Model:
     def predict(self, batch: list[Any]) -> Sequence[Any]:
         """Return one result per item of ``batch`` (an exception instance fails one item)."""
         raise NotImplementedError(f"{type(self).__name__} must implement predict()")
+
+
+class StepModel(Model):
+    """A model that generates step by step, so that items join and leave its batch
+    between two steps (step-wise, or continuous, batching).
+
+    Implement :meth:`start` (an item's state from the item) and :meth:`step` (one
+    step over the states of every active item). The states stay where the model
+    runs (a worker process or thread); only each step's chunks travel back. Callers
+    get the chunks as a stream (``service.stream(item)``); ``service.submit(item)``
+    answers the list of an item's chunks.
+
+    The stage's ``max_batch_size`` is the most items active at once; items beyond it
+    wait and join at the next step with room.
+    """
+
+    def start(self, items: list[Any]) -> Sequence[Any]:
+        """Return one state per item of ``items`` (an exception instance fails its
+        item; a raise is bisected down to the failing items)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement start()")
+
+    def step(self, states: list[Any]) -> tuple[Sequence[Any], Sequence[bool]]:
+        """Advance every state by one step; return one chunk per state and whether
+        each state is finished (its chunk is its last).
+
+        A chunk that is an exception instance fails its item alone;
+        :data:`microbatch.END` finishes an item without a chunk. When the
+        call raises, it is run again on halves of ``states`` down to the failing
+        one, so a step that raises must leave the states it was given unchanged.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement step()")

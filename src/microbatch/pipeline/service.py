@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -13,9 +14,13 @@ from ..batcher import Batcher
 from ..errors import BatcherClosed, Overloaded, StageFailed
 from ..policy import QueueState
 from ..stats import ServiceStats, StageStats, StatsRecorder
+from ..streams import Channel, iterate_from_thread
 from ..types import BatchDone, BatchJob, Route, deadline_from
+from .model import Model, StepModel
 from .pool import ProcessPool
 from .stage import Stage
+from .step_worker import ProcessStepRunner
+from .steps import StepStage, ThreadStepRunner, is_step_model
 from .threads import ThreadPool
 
 __all__ = ["Service", "WorkerPool"]
@@ -104,13 +109,15 @@ class Service(Generic[T, R]):
         self.max_in_flight = max_in_flight
         self.grace_s = grace_s
         self.name = name or stages[-1].name
-        self.input_type: Any = item_types(stages[0].model.predict)[0]
-        self.output_type: Any = item_types(stages[-1].model.predict)[1]
+        self.input_type: Any = _item_types(stages[0].model)[0]
+        self.output_type: Any = _item_types(stages[-1].model)[1]
         names = [stage.name for stage in stages]
         several = len(stages) > 1 and len(set(names)) == len(names)
         self.routes: Mapping[str, Route] = (
-            {s.name: Route(*item_types(s.model.predict)) for s in stages} if several else {}
+            {s.name: Route(*_item_types(s.model)) for s in stages} if several else {}
         )
+        self._streaming: dict[int, StepStage] = {}  # the stages that stream, by index
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._pools: list[WorkerPool] = []
         self._batchers: list[Batcher[Any, Any]] = []
         self._in_flight = 0
@@ -149,6 +156,12 @@ class Service(Generic[T, R]):
             )
             for stage, pool, batcher in zip(self.stages, self._pools, self._batchers, strict=True)
         )
+        stages = tuple(
+            replace(stats, streams=self._streaming[index].stats())
+            if index in self._streaming
+            else stats
+            for index, stats in enumerate(stages)
+        )
         return ServiceStats(self.ready, self._draining, self._in_flight, stages)
 
     async def start(self) -> None:
@@ -164,10 +177,9 @@ class Service(Generic[T, R]):
         if self._pools:
             raise RuntimeError("the service is running already: close() it before starting again")
         self._draining = False
-        self._pools = [
-            ThreadPool(stage) if stage.mode == "thread" else ProcessPool(stage)
-            for stage in self.stages
-        ]
+        self._loop = asyncio.get_running_loop()
+        self._pools = [_pool(stage) for stage in self.stages]
+        self._streaming = {i: p for i, p in enumerate(self._pools) if isinstance(p, StepStage)}
         pairs = zip(self._pools, self.stages, strict=True)
         self._batchers = [_stage_batcher(pool, stage) for pool, stage in pairs]
         try:
@@ -210,6 +222,138 @@ class Service(Generic[T, R]):
                 run.
             KeyError: No stage is named ``route``.
         """
+        steps = self._admit(route)
+        if timeout_s is not None:
+            deadline = deadline_from(timeout_s, deadline)
+        self._in_flight += 1
+        result: Any = item
+        try:
+            for index in steps:
+                streaming = self._streaming.get(index)
+                if streaming is None:
+                    result = await self._batchers[index].submit(result, deadline=deadline)
+                else:  # a streaming stage's result: the list of its chunks
+                    result = [chunk async for chunk in streaming.open(result, deadline=deadline)]
+            return result  # type: ignore[no-any-return]
+        finally:
+            self._left()
+
+    def can_stream(self, route: str | None = None) -> bool:
+        """Whether :meth:`stream` works for ``route``: its (last) stage's model is a
+        :class:`~microbatch.StepModel` or has a generator ``predict``.
+
+        Raises:
+            KeyError: No stage is named ``route``.
+        """
+        return is_step_model(self.stages[self._steps(route)[-1]].model)
+
+    def stream(
+        self,
+        item: T,
+        *,
+        deadline: float | None = None,
+        route: str | None = None,
+        first_chunk_deadline: float | None = None,
+        timeout_s: float | None = None,
+    ) -> AsyncIterator[Any]:
+        """Run one item through every stage (or the stage named ``route``); the last
+        one streams: its chunks come as they are made.
+
+        ``async for chunk in service.stream(item)``; the item's own error is raised
+        from the iteration. A caller that stops early (``aclose()``, ``async with``,
+        a cancelled task) frees the item's place at the next step.
+
+        Args:
+            item: The item.
+            deadline: The whole stream must end by this ``time.monotonic()`` time.
+            route: The name of one stage, or None for all.
+            first_chunk_deadline: The first chunk must come by this time.
+            timeout_s: The whole stream must end within this many seconds.
+
+        Raises:
+            TypeError: The (last) stage does not stream.
+            BatcherClosed: The service is not started, or shutting down.
+            Overloaded: ``max_in_flight`` items are inside, or the stage's queue is full.
+            KeyError: No stage is named ``route``.
+        """
+        if not self.can_stream(route):
+            name = self.stages[self._steps(route)[-1]].name
+            raise TypeError(
+                f"stage {name!r} does not stream: its model must be a StepModel or have a"
+                " generator predict()"
+            )
+        steps = self._admit(route)
+        if timeout_s is not None:
+            deadline = deadline_from(timeout_s, deadline)
+        streaming = self._streaming[steps[-1]]
+        if len(steps) == 1:
+            self._in_flight += 1
+            try:
+                return streaming.open(
+                    item,
+                    deadline=deadline,
+                    first_chunk_deadline=first_chunk_deadline,
+                    on_end=self._stream_ended,
+                )
+            except BaseException:
+                self._left()
+                raise
+        return self._piped(item, steps, deadline, first_chunk_deadline)
+
+    def stream_blocking(
+        self,
+        item: T,
+        *,
+        deadline: float | None = None,
+        route: str | None = None,
+        first_chunk_deadline: float | None = None,
+        timeout_s: float | None = None,
+    ) -> Iterator[Any]:
+        """:meth:`stream` for a thread other than the service's event loop: a plain
+        iterator of the chunks (closing it, or leaving its ``for`` loop, leaves the
+        stream).
+
+        Raises:
+            BatcherClosed: The service is not started.
+        """
+        loop = self._loop
+        if loop is None or not self._started:
+            raise BatcherClosed("the service is not started: use `async with service` or start()")
+        if timeout_s is not None:
+            deadline = deadline_from(timeout_s, deadline)
+        return iterate_from_thread(
+            lambda: self.stream(
+                item, deadline=deadline, route=route, first_chunk_deadline=first_chunk_deadline
+            ),
+            loop,
+        )
+
+    async def _piped(
+        self,
+        item: Any,
+        steps: range | tuple[int],
+        deadline: float | None,
+        first_chunk_deadline: float | None,
+    ) -> AsyncIterator[Any]:
+        """The stream of a pipeline: the stages before the last by batches, then the
+        last one's chunks."""
+        self._in_flight += 1
+        try:
+            result = item
+            for index in steps[:-1]:
+                result = await self._batchers[index].submit(result, deadline=deadline)
+            opened = self._streaming[steps[-1]].open(
+                result, deadline=deadline, first_chunk_deadline=first_chunk_deadline
+            )
+            async with opened as chunks:
+                async for chunk in chunks:
+                    yield chunk
+        finally:
+            self._left()
+
+    def _admit(self, route: str | None) -> range | tuple[int]:
+        """The stages an item for ``route`` goes through; refused at once when the
+        service cannot take it now."""
         if self._draining:
             raise BatcherClosed("the service is shutting down")
         if not self._started:
@@ -223,18 +367,16 @@ class Service(Generic[T, R]):
                 reason = pool.failure
                 name = self.stages[index].name
                 raise StageFailed(str(reason) if reason else f"stage {name!r} has no live worker")
-        if timeout_s is not None:
-            deadline = deadline_from(timeout_s, deadline)
-        self._in_flight += 1
-        result: Any = item
-        try:
-            for index in steps:
-                result = await self._batchers[index].submit(result, deadline=deadline)
-            return result  # type: ignore[no-any-return]
-        finally:
-            self._in_flight -= 1
-            if not self._in_flight and self._emptied is not None:
-                self._emptied.set()
+        return steps
+
+    def _stream_ended(self, stream: Channel) -> None:
+        self._left()
+
+    def _left(self) -> None:
+        """One item left the service."""
+        self._in_flight -= 1
+        if not self._in_flight and self._emptied is not None:
+            self._emptied.set()
 
     async def close(self) -> None:
         """Stop intake at once, let the items inside finish for up to ``grace_s``
@@ -273,6 +415,21 @@ class Service(Generic[T, R]):
             if stage.name == route and route in self.routes:
                 return (index,)
         raise KeyError(f"no route {route!r}")
+
+
+def _pool(stage: Stage) -> WorkerPool:
+    """The workers of ``stage``: step loops for a model that streams."""
+    if is_step_model(stage.model):
+        return StepStage(stage, ThreadStepRunner if stage.mode == "thread" else ProcessStepRunner)
+    return ThreadPool(stage) if stage.mode == "thread" else ProcessPool(stage)
+
+
+def _item_types(model: type[Model]) -> tuple[Any, Any]:
+    """The item and result types of a stage's model (a step model's item type is
+    that of ``start``; its results are chunks)."""
+    if issubclass(model, StepModel):
+        return item_types(model.start)[0], Any
+    return item_types(model.predict)
 
 
 def _stage_batcher(pool: WorkerPool, stage: Stage) -> Batcher[Any, Any]:

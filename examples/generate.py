@@ -1,0 +1,194 @@
+"""A small generative model served step-wise: a character-level language model
+(a GRU in torch) that streams its text one character per step.
+
+The model is trained at worker start-up, for a few seconds, on text every Python
+installation has (the Zen of Python and the docstrings of some standard modules),
+so it needs no file and no download. Its output reads like a drunk standard
+library: the point is the serving, not the prose.
+
+Each request's state (the GRU's hidden vector, its last character, how many it has
+made) stays in the worker process; between two steps finished requests leave and
+new ones join, so a short request never waits for a long one.
+
+Serve it::
+
+    microbatch serve examples.generate:service
+    curl -N localhost:8000/stream -d '{"prompt": "Beautiful is", "max_tokens": 40}'
+
+Or in-process::
+
+    async with make_service() as service:
+        async for chunk in service.stream(Prompt("Errors should ")):
+            print(chunk, end="", flush=True)
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import msgspec
+
+import microbatch
+
+__all__ = ["CharModel", "Prompt", "corpus", "make_service", "service"]
+
+_MODULES = ("this", "json", "textwrap", "asyncio", "dataclasses", "functools", "itertools")
+
+
+class Prompt(msgspec.Struct, frozen=True):
+    """What to continue, how many characters to make, and how adventurous to be."""
+
+    prompt: Annotated[str, msgspec.Meta(max_length=2000)] = ""
+    max_tokens: Annotated[int, msgspec.Meta(ge=1, le=2000)] = 64
+    temperature: Annotated[float, msgspec.Meta(gt=0, le=2)] = 0.7
+
+
+def corpus() -> str:
+    """The training text: the Zen of Python and some standard modules' docstrings."""
+    import codecs
+    import contextlib
+    import io
+
+    parts = []
+    for name in _MODULES:
+        if name == "this":  # it prints the Zen on import; its text is ROT13
+            with contextlib.redirect_stdout(io.StringIO()):
+                zen = importlib.import_module("this")
+            parts.append(codecs.decode(zen.s, "rot13"))
+        else:
+            parts.append(importlib.import_module(name).__doc__ or "")
+    return "\n\n".join(part.strip() for part in parts if part)
+
+
+@dataclass
+class _Generation:
+    """One request's state in the worker."""
+
+    hidden: Any  # torch.Tensor [hidden]
+    last: int  # index of the last character (the next step's input)
+    left: int  # characters still to make
+    temperature: float
+
+
+class CharModel(microbatch.StepModel):
+    """A GRU over characters: ``start`` reads each prompt into a hidden state,
+    ``step`` makes one more character for every active request at once.
+
+    Args:
+        train_s: Seconds of training at start-up.
+        hidden: Size of the GRU's hidden state.
+    """
+
+    def __init__(self, train_s: float = 5.0, hidden: int = 128) -> None:
+        self.train_s = train_s
+        self.hidden_size = hidden
+
+    def setup(self, worker: microbatch.WorkerContext) -> None:
+        """Train on :func:`corpus` for ``train_s`` seconds (seeded: the same weights
+        for the same amount of training)."""
+        import torch
+
+        torch.manual_seed(worker.index)
+        torch.set_num_threads(max(1, min(4, (os.cpu_count() or 1) // 2)))
+        text = corpus()
+        self.alphabet = sorted(set(text))
+        self.index = {char: i for i, char in enumerate(self.alphabet)}
+        size = len(self.alphabet)
+        self.embed = torch.nn.Embedding(size, 32)
+        self.gru = torch.nn.GRU(32, self.hidden_size, batch_first=True)
+        self.out = torch.nn.Linear(self.hidden_size, size)
+        self._train(torch.tensor([self.index[c] for c in text]), self.train_s)
+        self.cell = torch.nn.GRUCell(32, self.hidden_size)  # the GRU's weights, one step
+        self.cell.weight_ih.data = self.gru.weight_ih_l0.data
+        self.cell.weight_hh.data = self.gru.weight_hh_l0.data
+        self.cell.bias_ih.data = self.gru.bias_ih_l0.data
+        self.cell.bias_hh.data = self.gru.bias_hh_l0.data
+        self.sampler = torch.Generator().manual_seed(worker.index)
+
+    def _train(self, data: Any, seconds: float) -> None:
+        import torch
+
+        parameters = [*self.embed.parameters(), *self.gru.parameters(), *self.out.parameters()]
+        optimiser = torch.optim.Adam(parameters, lr=0.005)
+        length, batch = 64, 32
+        stop = time.monotonic() + seconds
+        while time.monotonic() < stop:
+            starts = torch.randint(0, len(data) - length - 1, (batch,))
+            inputs = torch.stack([data[s : s + length] for s in starts])
+            targets = torch.stack([data[s + 1 : s + length + 1] for s in starts])
+            outputs, _ = self.gru(self.embed(inputs))
+            loss = torch.nn.functional.cross_entropy(
+                self.out(outputs).reshape(-1, len(self.alphabet)), targets.reshape(-1)
+            )
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+
+    def start(self, items: list[Prompt]) -> list[_Generation | microbatch.ItemError]:
+        """Read the prompts into their hidden states, all in one GRU call; a prompt
+        with a character the model never saw fails alone."""
+        import torch
+        from torch.nn.utils.rnn import pack_sequence
+
+        states: list[_Generation | microbatch.ItemError] = []
+        prefixes: dict[int, Any] = {}  # state index -> codes of the prompt but its last char
+        for item in items:
+            text = "\n" + item.prompt
+            unknown = sorted(set(text) - self.index.keys())
+            if unknown:
+                states.append(microbatch.ItemError(f"the model never saw the characters {unknown}"))
+                continue
+            if len(text) > 1:
+                prefixes[len(states)] = torch.tensor([self.index[c] for c in text[:-1]])
+            zeros = torch.zeros(self.hidden_size)
+            states.append(
+                _Generation(zeros, self.index[text[-1]], item.max_tokens, item.temperature)
+            )
+        if prefixes:
+            with torch.inference_mode():
+                packed = pack_sequence(
+                    [self.embed(codes) for codes in prefixes.values()], enforce_sorted=False
+                )
+                _, hidden = self.gru(packed)
+            for row, index in zip(hidden[0], prefixes, strict=True):
+                state = states[index]
+                assert isinstance(state, _Generation)
+                state.hidden = row
+        return states
+
+    def step(self, states: list[_Generation]) -> tuple[list[str], list[bool]]:
+        """One character for every active request, in one batched GRU step."""
+        import torch
+
+        with torch.inference_mode():
+            inputs = torch.tensor([state.last for state in states])
+            hidden = self.cell(self.embed(inputs), torch.stack([s.hidden for s in states]))
+            temperatures = torch.tensor([state.temperature for state in states])
+            probabilities = torch.softmax(self.out(hidden) / temperatures[:, None], dim=-1)
+            chosen = torch.multinomial(probabilities, 1, generator=self.sampler)[:, 0].tolist()
+        chunks, finished = [], []
+        for state, code, row in zip(states, chosen, hidden, strict=True):
+            state.hidden, state.last, state.left = row, code, state.left - 1
+            chunks.append(self.alphabet[code])
+            finished.append(state.left == 0)
+        return chunks, finished
+
+
+def make_service(train_s: float | None = None) -> microbatch.Service[Prompt, list[str]]:
+    """A new, unstarted service (``MICROBATCH_GENERATE_TRAIN_S`` sets the training
+    time when ``train_s`` is not given; 5 s by default)."""
+    if train_s is None:
+        train_s = float(os.environ.get("MICROBATCH_GENERATE_TRAIN_S", "5"))
+    return microbatch.Service(
+        microbatch.Stage(CharModel, kwargs={"train_s": train_s}, max_batch_size=64),
+        examples=[Prompt("Beautiful is ", max_tokens=4)],
+        name="generate",
+    )
+
+
+service = make_service()
+"""What ``microbatch serve examples.generate:service`` serves."""

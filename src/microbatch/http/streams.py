@@ -1,0 +1,287 @@
+"""Streams over HTTP: Server-Sent Events, newline-delimited JSON, or msgpack
+messages back to back, chosen by ``Accept``; one message per chunk, then one final
+message with the stream's end (complete, or the item's own error).
+
+The response starts only once the first chunk (or the end) is there, so an error
+before the first chunk is an ordinary error response with its status (504 for a
+deadline, 503 for overload); an error after it is the final message. A client that
+disconnects mid-stream leaves the stream: its place is freed at the next step.
+
+What the three framings look like for a stream of two chunks::
+
+    text/event-stream                     application/x-ndjson
+    event: chunk                          {"chunk":"Hel"}
+    data: "Hel"                           {"chunk":"lo"}
+                                          {"end":{"status":"complete","chunks":2}}
+    event: chunk
+    data: "lo"
+
+    event: end
+    data: {"status":"complete","chunks":2}
+
+and an error after the first chunk: ``event: error`` with
+``data: {"error":"DeadlineExceeded","message":"...","status":504}`` (SSE), or
+``{"error":{"error":...,"message":...,"status":...}}`` (NDJSON, msgpack).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import math
+import sys
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from .asgi import DISCONNECT_EXTENSION, Receive, Scope, Send, extension, header
+from .codecs import NotAcceptable, encode_hook
+from .status import BadRequest, UnencodableResult, error_reply
+
+__all__ = [
+    "CLIENT_CLOSED",
+    "FIRST_CHUNK_TIMEOUT_HEADER",
+    "NDJSON",
+    "SSE",
+    "STREAM_MSGPACK",
+    "Framing",
+    "add_stream_operations",
+    "first_chunk_timeout_s",
+    "framing_for_accept",
+    "send_stream",
+    "wants_stream",
+]
+
+CLIENT_CLOSED = 499
+"""Recorded in metrics when the client left mid-stream: nobody is left to answer."""
+
+FIRST_CHUNK_TIMEOUT_HEADER = b"x-first-chunk-timeout-ms"
+"""A client bounds the wait for its stream's first chunk with this header
+(milliseconds); ``X-Request-Timeout-Ms`` bounds the whole stream."""
+
+_json = msgspec.json.Encoder(enc_hook=encode_hook)
+_msgpack = msgspec.msgpack.Encoder(enc_hook=encode_hook)
+
+
+@dataclass(frozen=True)
+class Framing:
+    """One way of writing a stream: its media type and how each message looks."""
+
+    name: str
+    media_type: bytes
+    chunk: Callable[[Any], bytes]
+    end: Callable[[dict[str, Any]], bytes]
+    error: Callable[[dict[str, Any]], bytes]
+
+
+def _sse(event: str, data: bytes) -> bytes:
+    return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
+
+
+SSE = Framing(
+    "sse",
+    b"text/event-stream",
+    chunk=lambda value: _sse("chunk", _json.encode(value)),
+    end=lambda end: _sse("end", _json.encode(end)),
+    error=lambda error: _sse("error", _json.encode(error)),
+)
+"""Server-Sent Events: ``event: chunk`` per chunk, then ``event: end`` or ``event: error``."""
+
+NDJSON = Framing(
+    "ndjson",
+    b"application/x-ndjson",
+    chunk=lambda value: _json.encode({"chunk": value}) + b"\n",
+    end=lambda end: _json.encode({"end": end}) + b"\n",
+    error=lambda error: _json.encode({"error": error}) + b"\n",
+)
+"""One JSON object per line: ``{"chunk": ...}``, then ``{"end": ...}`` or ``{"error": ...}``."""
+
+STREAM_MSGPACK = Framing(
+    "msgpack",
+    b"application/msgpack",
+    chunk=lambda value: _msgpack.encode({"chunk": value}),
+    end=lambda end: _msgpack.encode({"end": end}),
+    error=lambda error: _msgpack.encode({"error": error}),
+)
+"""The NDJSON messages as msgpack maps back to back (msgpack delimits itself)."""
+
+_BY_MEDIA_TYPE = {
+    b"text/event-stream": SSE,
+    b"application/x-ndjson": NDJSON,
+    b"application/jsonl": NDJSON,
+    b"application/jsonlines": NDJSON,
+    b"application/json": NDJSON,  # `curl --json` asks for it: each line is JSON
+    b"application/msgpack": STREAM_MSGPACK,
+    b"application/x-msgpack": STREAM_MSGPACK,
+    b"application/vnd.msgpack": STREAM_MSGPACK,
+}
+
+
+def framing_for_accept(accept: bytes | None) -> Framing:
+    """The framing ``Accept`` asks for first; SSE without ``Accept`` or for ``*/*``.
+
+    Raises:
+        NotAcceptable: ``Accept`` names none of them.
+    """
+    if accept is None:
+        return SSE
+    for media_range in accept.split(b","):
+        media_type = media_range.split(b";", 1)[0].strip().lower()
+        framing = _BY_MEDIA_TYPE.get(media_type)
+        if framing is not None:
+            return framing
+        if media_type in (b"*/*", b"text/*"):
+            return SSE
+    raise NotAcceptable(
+        f"Accept {accept.decode('latin-1')!r} names none of text/event-stream,"
+        " application/x-ndjson, application/msgpack"
+    )
+
+
+def wants_stream(accept: bytes | None) -> bool:
+    """Whether ``Accept`` asks for a stream (SSE or NDJSON) rather than one answer."""
+    if accept is None:
+        return False
+    kinds = {part.split(b";", 1)[0].strip().lower() for part in accept.split(b",")}
+    return bool(kinds & {b"text/event-stream", b"application/x-ndjson", b"application/jsonl"})
+
+
+def first_chunk_timeout_s(scope: Scope) -> float | None:
+    """Seconds the client waits for the first chunk (``X-First-Chunk-Timeout-Ms``).
+
+    Raises:
+        BadRequest: The header is not a number of milliseconds > 0.
+    """
+    given = header(scope, FIRST_CHUNK_TIMEOUT_HEADER)
+    if given is None:
+        return None
+    try:
+        milliseconds = float(given)
+    except ValueError:
+        milliseconds = math.nan
+    if not 0 < milliseconds < math.inf:
+        raise BadRequest("X-First-Chunk-Timeout-Ms must be a number of milliseconds > 0")
+    return milliseconds / 1000.0
+
+
+async def send_stream(
+    scope: Scope, receive: Receive, send: Send, chunks: AsyncIterator[Any], framing: Framing
+) -> int:
+    """Send ``chunks`` as one streaming response; return the status for metrics
+    (:data:`CLIENT_CLOSED` when the client left first).
+
+    Raises:
+        Exception: The stream's error before its first chunk (the caller answers it
+            with its status).
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    watching, gone = True, False
+
+    def cancel() -> None:
+        nonlocal gone
+        if watching:
+            gone = True
+            task.cancel()
+
+    disconnect = extension(scope, DISCONNECT_EXTENSION)
+    watcher: asyncio.Task[None] | None = None
+    if disconnect is not None:
+        disconnect["register"](cancel)
+    else:
+        watcher = asyncio.get_running_loop().create_task(_on_disconnect(receive, cancel))
+    try:
+        return await _send_chunks(send, chunks, framing)
+    except asyncio.CancelledError:
+        if not gone:
+            raise
+        if sys.version_info >= (3, 11):
+            task.uncancel()
+        return CLIENT_CLOSED
+    finally:
+        watching = False
+        if watcher is not None:
+            watcher.cancel()
+        closing = getattr(chunks, "aclose", None)
+        if closing is not None:
+            await closing()
+
+
+async def _send_chunks(send: Send, chunks: AsyncIterator[Any], framing: Framing) -> int:
+    try:
+        first: bytes | None = framing.chunk(await chunks.__anext__())
+    except StopAsyncIteration:
+        first = None
+    except (TypeError, ValueError, NotImplementedError, OverflowError) as error:
+        raise UnencodableResult(
+            f"a chunk cannot be encoded for {framing.media_type.decode()}"
+        ) from error
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", framing.media_type),
+                (b"cache-control", b"no-cache"),
+                (b"x-accel-buffering", b"no"),  # proxies: pass each message on at once
+            ],
+        }
+    )
+    sent = 0
+    if first is not None:
+        await send({"type": "http.response.body", "body": first, "more_body": True})
+        sent = 1
+        try:
+            take_ready = getattr(chunks, "take_ready", None)
+            async for chunk in chunks:
+                # Chunks that piled up while this writer waited go in one write.
+                ready = [chunk] if take_ready is None else [chunk, *take_ready()]
+                body = b"".join(framing.chunk(one) for one in ready)
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+                sent += len(ready)
+        except Exception as error:  # after the first chunk: the final message says it
+            reply = error_reply(error)
+            final = framing.error(
+                {"error": reply.error, "message": reply.message, "status": reply.status}
+            )
+            await send({"type": "http.response.body", "body": final, "more_body": False})
+            return 200
+    final = framing.end({"status": "complete", "chunks": sent})
+    await send({"type": "http.response.body", "body": final, "more_body": False})
+    return 200
+
+
+async def _on_disconnect(receive: Receive, cancel: Callable[[], None]) -> None:
+    """Call ``cancel`` when the client disconnects (the body has been read: the
+    server answers ``receive()`` only when the client goes away)."""
+    if (await receive())["type"] == "http.disconnect":
+        cancel()
+
+
+def add_stream_operations(openapi: dict[str, Any], paths: dict[str, str]) -> None:
+    """Document each stream path (``{"/stream": "/predict", ...}``) in ``openapi``:
+    the same request as its predict path; the answer a stream of chunks."""
+    for path, predict in paths.items():
+        operation = copy.deepcopy(openapi["paths"][predict]["post"])
+        operation["summary"] = "The item's chunks as they are made (SSE, NDJSON or msgpack)"
+        operation["operationId"] = "stream" + predict.removeprefix("/predict").replace("/", "_")
+        operation.setdefault("parameters", []).append(
+            {
+                "name": "X-First-Chunk-Timeout-Ms",
+                "in": "header",
+                "required": False,
+                "description": "504 if no chunk came within this many milliseconds",
+                "schema": {"type": "number", "exclusiveMinimum": 0},
+            }
+        )
+        message = {"type": "string", "description": "one message per chunk, then the end"}
+        operation["responses"]["200"] = {
+            "description": "Chunks as they come, then the end or the item's error",
+            "content": {
+                framing.media_type.decode(): {"schema": message}
+                for framing in (SSE, NDJSON, STREAM_MSGPACK)
+            },
+        }
+        openapi["paths"][path] = {"post": operation}

@@ -1,0 +1,347 @@
+"""Step-wise (continuous) batching: the asyncio loop that runs a step model one step
+at a time over its active items, letting finished items leave and queued ones join
+between two steps.
+
+Each step is one :class:`StepJob` handed to a :class:`StepRunner` (the model in this
+process, a worker thread, or a worker process, where the items' states live): the
+keys of the items that join (with the items), the keys of the items that left, and
+implicitly a step over every active item. The runner answers a :class:`StepDone`:
+one chunk (or error, or end) per active item.
+
+The loop decides who joins at each step with an admission policy (a pure function
+of how many are active and waiting): :func:`continuous` fills every free place at
+every step, so arrivals never wait for a long item to finish and running items are
+never pushed out by arrivals; :func:`lockstep` admits only into an empty batch (what
+a generator ``predict`` needs: its batch runs until its longest item ends).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .clock import Clock, MonotonicClock
+from .errors import BatcherClosed, Overloaded
+from .stats import StreamStats, StreamStatsRecorder
+from .streams import Channel, Stream
+
+__all__ = [
+    "END",
+    "AdmissionPolicy",
+    "StepDone",
+    "StepJob",
+    "StepLoop",
+    "StepRunner",
+    "continuous",
+    "lockstep",
+]
+
+logger = logging.getLogger("microbatch.stepping")
+
+
+class _End:
+    """The chunk that finishes an item without a chunk of its own."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "microbatch.END"
+
+    def __reduce__(self) -> str:
+        return "END"  # one instance, also after crossing a process boundary
+
+
+END: Any = _End()
+"""A step's output (or a generator ``predict``'s element) that finishes its item
+without a chunk."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepJob:
+    """One step, from the loop to where the states live.
+
+    Attributes:
+        join_keys: Keys of the items that join now (their states are made first).
+        join_items: The joining items, in the order of ``join_keys``.
+        leave: Keys of the items whose states are to be dropped unstepped (their
+            callers left, or their deadline passed).
+    """
+
+    join_keys: tuple[int, ...] = ()
+    join_items: tuple[Any, ...] = ()
+    leave: tuple[int, ...] = ()
+
+
+@dataclass(slots=True)
+class StepDone:
+    """One step's outcomes, from where the states live: for each item stepped (or
+    failed to join), its key, its chunk (an exception instance: its error; END: no
+    chunk), and whether it is finished. A finished or failed item's state is gone.
+
+    Attributes:
+        keys: Item keys.
+        chunks: One per key.
+        finished: One per key.
+        started_s: When the step started (``time.monotonic()``), None if nothing ran.
+        finished_s: When it was done.
+    """
+
+    keys: list[int] = field(default_factory=list)
+    chunks: list[Any] = field(default_factory=list)
+    finished: list[bool] = field(default_factory=list)
+    started_s: float | None = None
+    finished_s: float | None = None
+
+
+class StepRunner(Protocol):
+    """Where a step model and its items' states live (this process, a thread, a
+    worker process)."""
+
+    async def advance(self, job: StepJob) -> StepDone:
+        """Drop ``job.leave``, start ``job.join_*``, step every active item.
+
+        Raises:
+            Exception: The states are lost (a dead worker): every active item of
+                this runner fails with this error, and the runner starts afresh.
+        """
+
+
+AdmissionPolicy = Callable[[int, int, int], int]
+"""``policy(active, waiting, max_active)``: how many waiting items join now."""
+
+
+def continuous(active: int, waiting: int, max_active: int) -> int:
+    """Every free place is filled at every step (step-wise batching)."""
+    return max(0, min(waiting, max_active - active))
+
+
+def lockstep(active: int, waiting: int, max_active: int) -> int:
+    """Items join only an empty batch, which then runs until its last item ends
+    (for a generator ``predict``, which cannot take items mid-way)."""
+    return min(waiting, max_active) if active == 0 else 0
+
+
+class StepLoop:
+    """Runs one :class:`StepRunner` step after step while it has items, admitting
+    waiting items between steps.
+
+    One task runs the steps; it exists only while there is work, and a failure of
+    the runner fails the active items, never the loop (nothing is left hanging).
+
+    Args:
+        runner: Where the steps run.
+        max_active: Most items stepped at once.
+        max_queue: Most items waiting to join; one more is refused with
+            :class:`~microbatch.errors.Overloaded` before its stream starts.
+        admission: The admission policy (:func:`continuous` or :func:`lockstep`).
+        clock: Reads the time and sets the streams' deadline timers.
+        name: Shown in errors.
+        restart: When the runner fails (its worker died), start its active items
+            again, once each, instead of failing them: for models whose steps are
+            idempotent (the same item gives the same chunks), the chunks a caller
+            got already are made again but not sent again.
+    """
+
+    def __init__(
+        self,
+        runner: StepRunner,
+        *,
+        max_active: int,
+        max_queue: int = 4096,
+        admission: AdmissionPolicy = continuous,
+        clock: Clock | None = None,
+        name: str = "steps",
+        restart: bool = False,
+    ) -> None:
+        if not isinstance(max_active, int) or max_active < 1:
+            raise ValueError(f"max_active must be an int >= 1, got {max_active!r}")
+        self.runner = runner
+        self.max_active = max_active
+        self.max_queue = max_queue
+        self.admission = admission
+        self.name = name
+        self.restart = restart
+        self._replayed: dict[int, int] = {}  # key -> chunks still to make again, unsent
+        self._restarted: set[int] = set()  # keys started again once already
+        self._clock: Clock = clock if clock is not None else MonotonicClock()
+        self._keys = itertools.count()
+        self._waiting: deque[Channel] = deque()
+        self._active: dict[int, Channel] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._idle: asyncio.Event | None = None
+        self.recorder = StreamStatsRecorder()
+
+    @property
+    def load(self) -> int:
+        """Items active or waiting."""
+        return len(self._active) + len(self._waiting)
+
+    @property
+    def active(self) -> int:
+        """Items stepped now."""
+        return len(self._active)
+
+    def stats(self) -> StreamStats:
+        """A snapshot of the stream counters."""
+        return self.recorder.snapshot(len(self._active), len(self._waiting))
+
+    def open(
+        self,
+        item: Any,
+        *,
+        deadline: float | None = None,
+        first_chunk_deadline: float | None = None,
+        on_end: Callable[[Channel], None] | None = None,
+    ) -> Stream:
+        """Queue ``item``; its chunks come on the stream returned.
+
+        Raises:
+            BatcherClosed: The loop is closing.
+            Overloaded: ``max_queue`` items wait already.
+        """
+        if self._closed:
+            raise BatcherClosed(f"{self.name} is shutting down")
+        if len(self._waiting) >= self.max_queue:
+            self._discard_left()
+            if len(self._waiting) >= self.max_queue:
+                self.recorder.rejected += 1
+                raise Overloaded(f"{len(self._waiting)} streams wait to start")
+
+        def ended(stream: Channel) -> None:
+            self.recorder.ended(stream, self._clock.now())
+            self._restarted.discard(stream.key)
+            self._replayed.pop(stream.key, None)
+            if on_end is not None:
+                on_end(stream)
+
+        channel = Channel(
+            next(self._keys),
+            item,
+            deadline=deadline,
+            first_chunk_deadline=first_chunk_deadline,
+            clock=self._clock,
+            on_end=ended,
+        )
+        self._waiting.append(channel)
+        self.recorder.opened += 1
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        return Stream(channel)
+
+    async def close(self, grace_s: float = 0.0) -> None:
+        """Refuse new items, let the open streams run for up to ``grace_s`` seconds,
+        then end the rest with :class:`~microbatch.errors.BatcherClosed`."""
+        self._closed = True
+        if self._task is not None and grace_s > 0:
+            self._idle = asyncio.Event()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), grace_s)
+        closed = BatcherClosed(f"{self.name} shut down before the stream ended")
+        for stream in [*self._waiting, *self._active.values()]:
+            stream.finish(closed)
+        self._waiting.clear()
+        task = self._task
+        if task is not None:
+            # The running step ends with the streams already ended; wait for it so
+            # that the runner is idle when it is closed.
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # -- the steps ----------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                job = self._next_job()
+                if job is None:
+                    return
+                try:
+                    done = await self.runner.advance(job)
+                except Exception as error:  # the states are gone
+                    self._lost(error)
+                    continue
+                self._deliver(done)
+                # A runner that computed in this thread did not yield: let the
+                # callers read before the next step.
+                await asyncio.sleep(0)
+        except Exception as error:  # a bug here must not leave a stream hanging
+            logger.exception("%s: the step loop failed; its streams end with the error", self.name)
+            self._end_all(error)
+        except BaseException:  # cancelled (the event loop is shutting down)
+            self._end_all(BatcherClosed(f"{self.name} stopped before the stream ended"))
+            raise
+        finally:
+            self._task = None
+            if self._idle is not None:
+                self._idle.set()
+
+    def _next_job(self) -> StepJob | None:
+        """The next step: who leaves, who joins; None when there is nothing to do."""
+        leave = tuple(key for key, stream in self._active.items() if stream.ended)
+        for key in leave:
+            del self._active[key]
+        self._discard_left()
+        joining = self.admission(len(self._active), len(self._waiting), self.max_active)
+        keys: list[int] = []
+        items: list[Any] = []
+        for _ in range(joining):
+            stream = self._waiting.popleft()
+            self._active[stream.key] = stream
+            keys.append(stream.key)
+            items.append(stream.item)
+        if not self._active and not leave:
+            return None
+        return StepJob(tuple(keys), tuple(items), leave)
+
+    def _end_all(self, error: Exception) -> None:
+        """End every waiting and active stream with ``error``."""
+        for stream in [*self._waiting, *self._active.values()]:
+            stream.finish(error)
+        self._waiting.clear()
+        self._active.clear()
+
+    def _lost(self, error: Exception) -> None:
+        """The runner lost its states: its items fail with ``error``, or, with
+        ``restart``, start again (once each) at the head of the queue."""
+        again = []
+        for key, stream in self._active.items():
+            if self.restart and key not in self._restarted and not stream.ended:
+                self._restarted.add(key)
+                self._replayed[key] = stream.chunks_sent
+                again.append(stream)
+            else:
+                stream.finish(error)
+        self._active.clear()
+        self._waiting.extendleft(reversed(again))
+
+    def _discard_left(self) -> None:
+        if any(stream.ended for stream in self._waiting):
+            self._waiting = deque(stream for stream in self._waiting if not stream.ended)
+
+    def _deliver(self, done: StepDone) -> None:
+        self.recorder.stepped(len(self._active), done.started_s, done.finished_s)
+        active = self._active
+        for key, chunk, finished in zip(done.keys, done.chunks, done.finished, strict=True):
+            stream = active.get(key)
+            if stream is None:
+                continue
+            if isinstance(chunk, BaseException):
+                stream.finish(chunk)
+                del active[key]
+                continue
+            if chunk is not END:
+                if self._replayed.get(key):  # made again after a restart: sent already
+                    self._replayed[key] -= 1
+                else:
+                    self.recorder.chunk(stream, self._clock.now())
+                    stream.push(chunk)
+            if finished or chunk is END:
+                stream.finish()
+                del active[key]

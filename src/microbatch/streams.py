@@ -1,0 +1,281 @@
+"""One caller's stream of chunks: what the step loop pushes into, and what the
+caller iterates (``async for``, or a plain iterator from another thread).
+
+A stream ends exactly once: complete, with its own error, or because its caller
+left (stopped iterating, was cancelled, or the stream was garbage-collected). Its
+deadlines (one for the first chunk, one for the whole stream) end it with
+:class:`~microbatch.errors.DeadlineExceeded`, set by one timer on the clock; the
+step loop drops a stream that ended from the next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
+from types import TracebackType
+from typing import Any, TypeVar
+
+from .clock import Clock, Timer
+from .errors import DeadlineExceeded
+
+__all__ = ["Channel", "Stream", "iterate_from_thread"]
+
+T = TypeVar("T")
+
+_OPEN: Any = object()  # the end of a stream that has not ended
+_CLOSE_WAIT_S = 5.0  # a thread waits this long for its stream to be left on the loop
+
+
+class Channel:
+    """The producer's side of one stream: the step loop pushes chunks and the end
+    here; the caller reads them through the :class:`Stream` that wraps it.
+
+    The step loop holds the channel, never the Stream, so a caller that drops its
+    Stream leaves (its slot is freed at the next step).
+
+    Args:
+        key: The item's key in its step loop.
+        item: The item.
+        deadline: ``time.monotonic()`` time by which the whole stream must end.
+        first_chunk_deadline: Time by which the first chunk must come.
+        clock: Reads the time and sets the deadline timer.
+        on_end: Called once when the stream ends, however it ends.
+    """
+
+    def __init__(
+        self,
+        key: int,
+        item: Any,
+        *,
+        deadline: float | None,
+        first_chunk_deadline: float | None,
+        clock: Clock,
+        on_end: Callable[[Channel], None] | None = None,
+    ) -> None:
+        self.key = key
+        self.item = item
+        self.deadline = deadline
+        self.first_chunk_deadline = first_chunk_deadline
+        self.opened_s = clock.now()
+        self.chunks_sent = 0
+        self.last_chunk_s: float | None = None
+        self._clock = clock
+        self._on_end = on_end
+        self.chunks: deque[Any] = deque()
+        self._end: Any = _OPEN  # None: complete; an exception: failed
+        self._left = False
+        self._raised = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._timer: Timer | None = None
+        self._arm()
+
+    @property
+    def ended(self) -> bool:
+        """It has ended (complete, failed, expired, or its caller left)."""
+        return self._end is not _OPEN or self._left
+
+    @property
+    def left(self) -> bool:
+        """Its caller stopped reading before it ended."""
+        return self._left
+
+    @property
+    def error(self) -> BaseException | None:
+        """Its error, once it failed."""
+        return self._end if isinstance(self._end, BaseException) else None
+
+    def push(self, chunk: Any) -> None:
+        """Append one chunk (ignored once the stream ended)."""
+        if self.ended:
+            return
+        first = self.chunks_sent == 0
+        self.chunks_sent += 1
+        self.last_chunk_s = self._clock.now()
+        self.chunks.append(chunk)
+        if first:
+            self._arm()
+        self._wake()
+
+    def finish(self, error: BaseException | None = None) -> None:
+        """End the stream: complete (``error`` None) or with ``error``. Only the
+        first end counts."""
+        if self.ended:
+            return
+        self._end = error
+        self._ended()
+        self._wake()
+
+    def leave(self) -> None:
+        """The caller stops reading: drop it at the next step; nobody reads its end."""
+        if self.ended:
+            return
+        self._left = True
+        self.chunks.clear()
+        self._ended()
+
+    async def next_chunk(self) -> Any:
+        """The next chunk; StopAsyncIteration at the end, or the stream's error (once)."""
+        while not self.chunks:
+            if self._left:
+                raise StopAsyncIteration
+            if self._end is not _OPEN:
+                if self._end is None or self._raised:
+                    raise StopAsyncIteration
+                self._raised = True  # raised once; then the stream is over
+                raise self._end
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            except asyncio.CancelledError:
+                self.leave()
+                raise
+            finally:
+                self._waiter = None
+        return self.chunks.popleft()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _ended(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._on_end is not None:
+            on_end, self._on_end = self._on_end, None
+            on_end(self)
+
+    def _arm(self) -> None:
+        """One timer for the nearest deadline still to meet."""
+        due = self.deadline
+        if self.chunks_sent == 0 and self.first_chunk_deadline is not None:
+            due = self.first_chunk_deadline if due is None else min(due, self.first_chunk_deadline)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if due is not None:
+            self._timer = self._clock.call_at(due, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        if self.ended:
+            return
+        if self.chunks_sent == 0:
+            self.finish(DeadlineExceeded("no chunk came before the stream's deadline"))
+        else:
+            self.finish(DeadlineExceeded("the stream did not end before its deadline"))
+
+
+class Stream(AsyncIterator[Any]):
+    """The chunks of one item, in order, then its end: what a caller iterates.
+
+    ``async for chunk in stream`` gives the chunks and raises the item's own error
+    if it failed. Leaving early (:meth:`aclose`, leaving ``async with stream``, a
+    cancelled task, or dropping the stream) frees its slot at the next step.
+    """
+
+    __slots__ = ("_channel",)
+
+    def __init__(self, channel: Channel) -> None:
+        self._channel = channel
+
+    @property
+    def item(self) -> Any:
+        """The item."""
+        return self._channel.item
+
+    @property
+    def chunks_sent(self) -> int:
+        """Chunks the model has made for it so far."""
+        return self._channel.chunks_sent
+
+    @property
+    def ended(self) -> bool:
+        """It has ended (complete, failed, expired, or left)."""
+        return self._channel.ended
+
+    def __aiter__(self) -> Stream:
+        return self
+
+    async def __anext__(self) -> Any:
+        return await self._channel.next_chunk()
+
+    async def aclose(self) -> None:
+        """Stop reading: the stream's slot is freed at the next step."""
+        self._channel.leave()
+
+    def take_ready(self) -> list[Any]:
+        """The chunks that have come and not been read yet, without waiting (a
+        writer that fell behind sends them at once; the end, or an error, still
+        comes from the next ``__anext__``)."""
+        ready = list(self._channel.chunks)
+        self._channel.chunks.clear()
+        return ready
+
+    async def __aenter__(self) -> Stream:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._channel.leave()
+
+    def __del__(self) -> None:
+        # A caller that dropped its stream without reading it to the end has left.
+        self._channel.leave()
+
+
+def iterate_from_thread(
+    open_stream: Callable[[], AsyncIterator[T]], loop: asyncio.AbstractEventLoop
+) -> Iterator[T]:
+    """The chunks of a stream opened on ``loop`` (running in another thread), as a
+    plain iterator for the calling thread. Closing the iterator (or leaving a
+    ``for`` loop over it, or dropping it) leaves the stream.
+
+    Args:
+        open_stream: Opens the stream; called on ``loop``.
+        loop: The running event loop the service lives on (not this thread's).
+    """
+
+    async def opened() -> AsyncIterator[T]:
+        return open_stream()
+
+    stream = _wait(asyncio.run_coroutine_threadsafe(opened(), loop))
+    try:
+        while True:
+            chunk = _wait(asyncio.run_coroutine_threadsafe(_next(stream), loop))
+            if chunk is _OPEN:
+                return
+            yield chunk
+    finally:
+        # Left on the loop, and waited for: the stream must have ended before this
+        # thread drops it (a Stream dropped while open leaves from whichever thread
+        # drops it, which must be the loop's).
+        closing = getattr(stream, "aclose", None)
+        if closing is not None and not loop.is_closed():
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(closing(), loop).result(_CLOSE_WAIT_S)
+
+
+async def _next(stream: AsyncIterator[T]) -> T:
+    """The next chunk, or ``_OPEN`` once the stream is over (a coroutine must not
+    raise StopAsyncIteration through a future)."""
+    try:
+        return await stream.__anext__()
+    except StopAsyncIteration:
+        return _OPEN  # type: ignore[no-any-return]
+
+
+def _wait(future: concurrent.futures.Future[T]) -> T:
+    try:
+        return future.result()
+    except BaseException:
+        future.cancel()
+        raise

@@ -1,0 +1,76 @@
+"""Models for the stream tests (importable: worker processes import them by name)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from microbatch import END, ItemError, Model, StepModel
+
+
+class Counter(StepModel):
+    """Item ``"name:n"`` streams ``"name-0"`` ... ``"name-{n-1}"``; ``"name:n:fail@k"``
+    fails at step ``k`` (raising: the step is bisected); ``"pid"`` streams the
+    worker's process id forever (until its caller leaves)."""
+
+    gate: threading.Event | None = None  # tests may hold every step at this gate
+    steps: list[list[str]] = []  # noqa: RUF012 - the names stepped, per step (thread mode)
+
+    def start(self, items: list[str]) -> list[list[Any]]:
+        states = []
+        for item in items:
+            if item == "pid":
+                states.append(["pid", 1 << 30, None, 0])
+                continue
+            name, length, *rest = item.split(":")
+            fails_at = int(rest[0].removeprefix("fail@")) if rest else None
+            states.append([name, int(length), fails_at, 0])
+        return states
+
+    def step(self, states: list[list[Any]]) -> tuple[list[Any], list[bool]]:
+        if self.gate is not None:
+            self.gate.wait()
+        type(self).steps.append([state[0] for state in states])
+        for name, _, fails_at, position in states:
+            if fails_at == position:
+                raise ItemError(f"{name} failed at step {position}")
+        chunks: list[Any] = []
+        for state in states:
+            name, _, _, position = state
+            chunks.append(os.getpid() if name == "pid" else f"{name}-{position}")
+            state[3] = position + 1
+        return chunks, [state[3] >= state[1] for state in states]
+
+
+class Lockstep(Model):
+    """A generator predict: item ``n`` streams ``0 .. n-1``, all items of a batch
+    advancing together until the longest ends."""
+
+    def predict(self, batch: list[int]) -> Iterator[list[Any]]:
+        for position in range(max(batch)):
+            yield [position if position < n else END for n in batch]
+
+
+class Slow(StepModel):
+    """Item ``n`` streams ``0 .. n-1``, each step taking 20 ms (for drain tests)."""
+
+    def start(self, items: list[int]) -> list[list[int]]:
+        return [[n, 0] for n in items]
+
+    def step(self, states: list[list[int]]) -> tuple[list[int], list[bool]]:
+        time.sleep(0.02)
+        chunks = []
+        for state in states:
+            chunks.append(state[1])
+            state[1] += 1
+        return chunks, [position >= n for n, position in states]
+
+
+class Name(Model):
+    """A one-shot stage before a streaming one: ``n`` -> ``"item{n}:{n}"``."""
+
+    def predict(self, batch: list[int]) -> list[str]:
+        return [f"item{n}:{n}" for n in batch]

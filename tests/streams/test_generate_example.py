@@ -1,0 +1,56 @@
+"""The generative example: a character model trained at start-up streams its text
+step-wise, in-process and from ``microbatch serve``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from examples.generate import Prompt, corpus, make_service
+from microbatch import ItemError
+from tests.serve.test_server import running
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def test_the_corpus_is_there_offline() -> None:
+    text = corpus()
+    assert "Beautiful is better than ugly." in text
+    assert len(text) > 2000
+
+
+async def test_streams_one_character_per_step_and_fails_bad_prompts_alone() -> None:
+    async with make_service(train_s=0.5) as service:
+        lengths = [3, 40, 7, 1]
+        texts = await asyncio.gather(
+            *(service.submit(Prompt("Beautiful ", max_tokens=n)) for n in lengths),
+            service.submit(Prompt("日本")),
+            return_exceptions=True,
+        )
+        streamed = [chunk async for chunk in service.stream(Prompt("Now ", max_tokens=5))]
+        stats = service.stats().stages[0].streams
+    assert [len(text) for text in texts[:4]] == lengths  # type: ignore[arg-type]
+    assert all(len(chunk) == 1 for text in texts[:4] for chunk in text)  # type: ignore[union-attr]
+    assert isinstance(texts[4], ItemError) and "never saw" in str(texts[4])
+    assert len(streamed) == 5
+    assert stats is not None and stats.completed >= 5 and stats.failed >= 1
+
+
+def test_served_with_microbatch_serve() -> None:
+    env = {"MICROBATCH_GENERATE_TRAIN_S": "0.5"}
+    with (
+        running("examples.generate:service", "--log-level", "warning", env=env) as server,
+        httpx.Client(base_url=server.url, timeout=120) as client,
+    ):
+        body = {"prompt": "Errors should ", "max_tokens": 12}
+        headers = {"accept": "application/x-ndjson"}
+        with client.stream("POST", "/stream", json=body, headers=headers) as reply:
+            messages = [json.loads(line) for line in reply.iter_lines() if line]
+        assert len(messages) == 13
+        assert all(len(message["chunk"]) == 1 for message in messages[:12])
+        assert messages[-1] == {"end": {"status": "complete", "chunks": 12}}
+        invalid = client.post("/stream", json={"prompt": "x", "max_tokens": 0})
+        assert invalid.status_code == 422

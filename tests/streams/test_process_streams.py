@@ -1,0 +1,78 @@
+"""Streams from a worker process: the states stay in the worker, the chunks come
+back; a worker that dies ends its streams with WorkerDied and the next stream gets
+a fresh worker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+
+from microbatch import ItemError, Service, Stage, WorkerDied
+
+from .models import Counter, Lockstep, Slow
+
+
+async def test_chunks_stream_back_from_a_worker_process() -> None:
+    async with Service(Stage(Counter, max_batch_size=4)) as service:
+        results = await asyncio.gather(
+            *(service.submit(f"p{i}:{i + 1}") for i in range(6)),
+        )
+        assert results == [[f"p{i}-{k}" for k in range(i + 1)] for i in range(6)]
+        with pytest.raises(ItemError, match="bad failed at step 1"):
+            await service.submit("bad:3:fail@1")
+        pid = await service.stream("pid").__anext__()
+        assert pid != os.getpid() and pid in service.pools[0].pids
+
+
+async def test_a_dead_worker_ends_its_streams_with_an_error() -> None:
+    async with Service(Stage(Counter, max_batch_size=4)) as service:
+        endless = [service.stream("pid") for _ in range(3)]
+        pids = {await stream.__anext__() for stream in endless}
+        assert len(pids) == 1
+        os.kill(pids.pop(), signal.SIGKILL)
+        for stream in endless:
+            with pytest.raises(WorkerDied):
+                async for _ in stream:
+                    pass
+        assert await service.submit("after:2") == ["after-0", "after-1"]
+        assert service.stats().stages[0].restarts == 1
+
+
+async def test_lockstep_in_a_worker_process() -> None:
+    async with Service(Stage(Lockstep, max_batch_size=4)) as service:
+        assert await service.submit(3) == [0, 1, 2]
+
+
+async def test_idempotent_steps_restart_on_a_fresh_worker_without_repeating_chunks() -> None:
+    async with Service(Stage(Slow, max_batch_size=4, idempotent=True)) as service:
+        stream = service.stream(30)
+        received = [await stream.__anext__() for _ in range(3)]
+        os.kill(service.pools[0].pids[0], signal.SIGKILL)
+        received += [chunk async for chunk in stream]
+        assert received == list(range(30))
+        assert service.stats().stages[0].restarts == 1
+
+
+async def test_a_worker_that_died_while_idle_fails_no_new_stream() -> None:
+    async with Service(Stage(Counter, max_batch_size=4)) as service:
+        pid = service.pools[0].pids[0]
+        os.kill(pid, signal.SIGKILL)
+        await asyncio.get_running_loop().run_in_executor(None, _wait_gone, pid)
+        assert await service.submit("new:2") == ["new-0", "new-1"]
+        assert service.pools[0].pids[0] != pid
+
+
+def _wait_gone(pid: int) -> None:
+    """Until the killed worker is reaped or a zombie (bounded)."""
+    for _ in range(500):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().split(")")[1].split()[0] == "Z":
+                    return
+        except FileNotFoundError:
+            return
+        time.sleep(0.01)

@@ -1,0 +1,77 @@
+"""One stream on its own: chunks in order, one end, the error raised once, its two
+deadlines on a fake clock, and leaving (by aclose, by being dropped)."""
+
+from __future__ import annotations
+
+import pytest
+
+from microbatch.errors import DeadlineExceeded, ItemError
+from microbatch.streams import Channel, Stream
+from microbatch.testing import FakeClock
+
+
+def channel(clock: FakeClock, **deadlines: float | None) -> tuple[Channel, list[Channel]]:
+    ends: list[Channel] = []
+    made = Channel(
+        0,
+        "item",
+        deadline=deadlines.get("deadline"),
+        first_chunk_deadline=deadlines.get("first"),
+        clock=clock,
+        on_end=ends.append,
+    )
+    return made, ends
+
+
+async def test_chunks_then_one_end() -> None:
+    source, ends = channel(FakeClock())
+    stream = Stream(source)
+    source.push(1)
+    source.push(2)
+    source.push(3)
+    assert await stream.__anext__() == 1
+    assert stream.take_ready() == [2, 3]
+    source.finish()
+    source.finish(ItemError("too late: ended already"))
+    with pytest.raises(StopAsyncIteration):
+        await stream.__anext__()
+    assert ends == [source] and source.error is None
+
+
+async def test_the_error_is_raised_once_after_the_chunks() -> None:
+    source, _ = channel(FakeClock())
+    stream = Stream(source)
+    source.push("a")
+    source.finish(ItemError("bad"))
+    assert [chunk async for chunk in _until_error(stream)] == ["a"]
+    with pytest.raises(StopAsyncIteration):
+        await stream.__anext__()
+
+
+async def _until_error(stream: Stream):  # type: ignore[no-untyped-def]
+    with pytest.raises(ItemError, match="bad"):
+        async for chunk in stream:
+            yield chunk
+
+
+async def test_the_first_chunk_deadline_then_the_whole_stream_deadline() -> None:
+    clock = FakeClock()
+    early, _ = channel(clock, first=1.0, deadline=5.0)
+    late, _ = channel(clock, first=1.0, deadline=5.0)
+    late.push("in time")
+    clock.advance(1.0)
+    assert isinstance(early.error, DeadlineExceeded) and "no chunk" in str(early.error)
+    assert not late.ended
+    clock.advance(4.0)
+    assert isinstance(late.error, DeadlineExceeded) and "did not end" in str(late.error)
+    assert clock.pending_timers() == 0
+
+
+async def test_leaving_by_aclose_or_by_dropping_the_stream() -> None:
+    clock = FakeClock()
+    closed, ends = channel(clock, deadline=3.0)
+    await Stream(closed).aclose()
+    assert closed.left and ends == [closed] and clock.pending_timers() == 0
+    dropped, ends = channel(clock)
+    Stream(dropped)  # nobody holds it
+    assert dropped.left and ends == [dropped]
