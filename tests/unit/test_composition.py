@@ -1,0 +1,182 @@
+"""Batch composition: cost budgets, grouping by cost, the age bound, and settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from microbatch import BatchConfig
+from microbatch._intake import Intake
+from microbatch._queue import Pending
+from microbatch.composition import Composer, batch_cost
+from microbatch.errors import ItemTooLarge
+
+
+@dataclass
+class Entry:
+    id: int
+    cost: float
+    arrival: float
+    size: int = 1
+    rows: int = 1
+
+    @property
+    def peak(self) -> float:
+        return self.cost
+
+
+def test_padded_cost_is_the_largest_row_cost_times_the_rows() -> None:
+    entries = [Entry(0, 3.0, 0.0), Entry(1, 10.0, 0.0), Entry(2, 1.0, 0.0)]
+    assert batch_cost(entries, "padded") == 30.0
+    assert batch_cost(entries, "sum") == 14.0
+
+
+def test_first_in_first_out_stops_at_the_first_item_over_the_budget() -> None:
+    composer = Composer(8, 20.0, "padded")
+    entries = [Entry(0, 2.0, 0.0), Entry(1, 9.0, 0.1), Entry(2, 1.0, 0.2)]
+    assert [e.id for e in composer.choose(entries, now=1.0)] == [0, 1]
+
+
+def test_grouping_puts_items_of_similar_cost_with_the_oldest() -> None:
+    composer = Composer(3, None, "padded", group=True, max_wait_s=10.0)
+    costs = [5.0, 100.0, 6.0, 90.0, 4.0, 95.0, 7.0]
+    entries = [Entry(i, cost, 0.1 * i) for i, cost in enumerate(costs)]
+    chosen = composer.choose(entries, now=1.0)
+    assert [e.id for e in chosen] == [0, 2, 4]  # the oldest (5) and its nearest: 6, 4
+    rest = [e for e in entries if e not in chosen]
+    assert [e.id for e in composer.choose(rest, now=1.0)] == [1, 3, 5]
+
+
+def test_items_past_the_age_bound_go_first_in_arrival_order() -> None:
+    composer = Composer(3, None, "padded", group=True, max_wait_s=1.0)
+    entries = [Entry(0, 100.0, 0.0), Entry(1, 1.0, 0.5), Entry(2, 90.0, 2.5), Entry(3, 95.0, 2.6)]
+    # At 2.0 the first two waited past the bound: they go first, then the group
+    # around the next oldest (cost 90) takes the nearest remaining (95).
+    assert [e.id for e in composer.choose(entries, now=2.0)] == [0, 1, 2]
+
+
+def test_a_learned_ceiling_lowers_the_cost_limit_but_an_item_still_goes_alone() -> None:
+    composer = Composer(8, 100.0, "sum")
+    composer.ceiling = 10.0
+    assert composer.cost_limit == 10.0
+    entries = [Entry(0, 30.0, 0.0), Entry(1, 1.0, 0.1)]
+    assert [e.id for e in composer.choose(entries, now=0.0)] == [0]
+
+
+costs = st.lists(st.floats(0.5, 64.0), min_size=1, max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    costs=costs,
+    budget=st.floats(64.0, 400.0),
+    size=st.integers(1, 12),
+    mode=st.sampled_from(["padded", "sum"]),
+    group=st.booleans(),
+    window=st.integers(1, 40),
+)
+def test_every_item_is_taken_once_and_no_batch_is_over_its_limits(
+    costs: list[float], budget: float, size: int, mode: str, group: bool, window: int
+) -> None:
+    composer = Composer(size, budget, mode, group=group, window=window, max_wait_s=5.0)  # type: ignore[arg-type]
+    queue = [Entry(i, cost, float(i)) for i, cost in enumerate(costs)]
+    taken: list[int] = []
+    now = float(len(costs))
+    while queue:
+        batch = composer.choose(queue, now)
+        assert batch, "an empty batch from a non-empty queue"
+        assert batch[0] is queue[0] or any(e is queue[0] for e in batch), "the oldest waits"
+        assert len(batch) <= size
+        if len(batch) > 1:
+            assert batch_cost(batch, mode) <= budget + 1e-9  # type: ignore[arg-type]
+        assert [e.arrival for e in batch] == sorted(e.arrival for e in batch)
+        taken += [e.id for e in batch]
+        queue = [e for e in queue if e not in batch]
+    assert sorted(taken) == list(range(len(costs)))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    arrivals=st.lists(
+        st.tuples(st.integers(0, 6), st.sampled_from([1.0, 2.0, 3.0, 200.0])),
+        min_size=5,
+        max_size=60,
+    ),
+    size=st.integers(1, 6),
+)
+def test_no_item_is_passed_over_more_often_than_there_were_items_ahead_of_it(
+    arrivals: list[tuple[int, float]], size: int
+) -> None:
+    """However skewed the arrivals (a stream of cheap items while an expensive one
+    waits), an item goes in one of the next ``ahead + 1`` batches, where ``ahead``
+    is the number of items queued before it when it arrived."""
+    composer = Composer(size, None, "padded", group=True, max_wait_s=1e9)
+    queue: list[Entry] = []
+    deadline_batch: dict[int, int] = {}
+    batches = 0
+    next_id = 0
+    for count, cost in [*arrivals, *[(0, 1.0)] * 100]:
+        for _ in range(count):
+            deadline_batch[next_id] = batches + len(queue) + 1
+            queue.append(Entry(next_id, cost, float(next_id)))
+            next_id += 1
+        if not queue:
+            continue
+        batch = composer.choose(queue, now=float(next_id))
+        batches += 1
+        for entry in batch:
+            assert batches <= deadline_batch[entry.id], "an item was passed over too often"
+        queue = [e for e in queue if e not in batch]
+    assert not queue
+
+
+class _Row(Pending):
+    pass
+
+
+def test_an_item_over_the_budget_is_refused_with_a_422() -> None:
+    intake: Intake[_Row] = Intake(
+        BatchConfig(cost_fn=len, max_batch_cost=10, max_batch_size=4), lambda: 0.0
+    )
+    assert intake.parts("abc")[0].cost == 3.0
+    with pytest.raises(ItemTooLarge, match="cost 11 exceeds max_batch_cost=10") as raised:
+        intake.parts("x" * 11)
+    assert raised.value.http_status == 422
+
+
+def test_an_item_of_rows_is_split_into_parts_within_the_budget() -> None:
+    intake: Intake[_Row] = Intake(
+        BatchConfig(cost_fn=len, max_batch_cost=12, max_batch_size=8, rows="list"),
+        lambda: 0.0,
+    )
+    parts = intake.parts(["aaaa", "bb", "cccccc", "d"])  # padded: 4*2=8, then 6*2=12
+    assert [part.item for part in parts] == [["aaaa", "bb"], ["cccccc", "d"]]
+    assert [(part.cost, part.peak, part.rows) for part in parts] == [(6, 4, 2), (7, 6, 2)]
+    with pytest.raises(ItemTooLarge, match="row 1 of cost 13"):
+        intake.parts(["a", "x" * 13])
+
+
+@pytest.mark.parametrize(
+    ("settings_", "message"),
+    [
+        ({"max_batch_cost": 10}, "max_batch_cost needs cost_fn"),
+        ({"cost_fn": len, "max_batch_cost": 0}, "max_batch_cost must be None or a number > 0"),
+        ({"cost_fn": len, "batch_cost": "max"}, "batch_cost must be 'padded' or 'sum'"),
+        ({"group_window": 0}, "group_window must be an int >= 1"),
+        ({"max_wait_ms": -1}, "max_wait_ms must be None or a finite number >= 0"),
+        ({"oom_errors": (ValueError, 3)}, "oom_errors must be a tuple of exception types"),
+        ({"cost_fn": 3}, "cost_fn must be callable"),
+    ],
+)
+def test_composition_settings_are_validated(settings_: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        BatchConfig(**settings_)  # type: ignore[arg-type]
+
+
+def test_cost_fn_must_return_a_finite_number() -> None:
+    intake: Intake[_Row] = Intake(BatchConfig(cost_fn=lambda item: item), lambda: 0.0)
+    with pytest.raises(ValueError, match="cost_fn must return a finite number >= 0"):
+        intake.parts(float("nan"))
