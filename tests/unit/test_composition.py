@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from microbatch import BatchConfig
+from microbatch import AdaptivePolicy, BatchConfig, CooperativeBatcher, QueueState
 from microbatch._intake import Intake
 from microbatch._queue import Pending
 from microbatch.composition import Composer, batch_cost
 from microbatch.errors import ItemTooLarge
+from microbatch.policy import ShapeCostModel
 
 
 @dataclass
@@ -180,3 +183,51 @@ def test_cost_fn_must_return_a_finite_number() -> None:
     intake: Intake[_Row] = Intake(BatchConfig(cost_fn=lambda item: item), lambda: 0.0)
     with pytest.raises(ValueError, match="cost_fn must return a finite number >= 0"):
         intake.parts(float("nan"))
+
+
+def test_the_shape_cost_model_learns_items_and_cost_apart() -> None:
+    model = ShapeCostModel(forgetting=1.0)
+    shapes = [(items, cost) for items in (2, 8, 32) for cost in (64.0, 512.0, 4096.0)]
+    for items, cost in shapes * 3:
+        model.observe(items, cost, 0.002 + 0.0001 * items + 0.00001 * cost)
+    assert model.predict(16, 1024.0) == pytest.approx(0.002 + 0.0016 + 0.01024)
+
+
+def test_the_adaptive_policy_predicts_from_the_shape_of_the_queue() -> None:
+    policy = AdaptivePolicy(64, 0.1, max_batch_cost=4096)
+    for items, cost in [(4, 100.0), (8, 800.0), (16, 400.0), (32, 3200.0)] * 2:
+        policy.batch_cost_finished(items, cost, cost, 0.0001 * items + 0.00002 * cost)
+    short, long = QueueState(size=8, count=8, cost=80.0), QueueState(size=8, count=8, cost=800.0)
+    assert policy._predict(long, 8) > 5 * policy._predict(short, 8)
+    full = QueueState(size=3, count=3, cost=5000.0)
+    assert policy.release_at(full, now=1.0) == 1.0 and policy.reason == "full"
+
+
+def test_threads_share_budgets_grouping_and_out_of_memory_splits() -> None:
+    seen: list[list[int]] = []
+    lock = threading.Lock()
+
+    def model(batch: list[int]) -> list[int]:
+        with lock:
+            seen.append(list(batch))
+        if len(batch) > 1 and max(batch) * len(batch) > 60:
+            raise MemoryError("too big")
+        return [item + 1 for item in batch]
+
+    costs = [1, 2, 30, 3, 25, 4, 5, 40, 6, 7] * 4
+    with CooperativeBatcher(
+        model,
+        cost_fn=float,
+        max_batch_cost=100,
+        group_by_cost=True,
+        max_batch_size=8,
+        max_latency_ms=1,
+    ) as batcher:
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(batcher.submit, costs))
+        stats = batcher.stats()
+    assert results == [cost + 1 for cost in costs]
+    assert all(max(batch) * len(batch) <= 100 for batch in seen if len(batch) > 1)
+    assert stats.batch_cost_sum >= stats.useful_cost_sum > 0
+    if stats.oom_splits:
+        assert stats.cost_ceiling is not None
