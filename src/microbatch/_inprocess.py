@@ -125,8 +125,7 @@ class FunctionRunner:
         spans: tuple[tuple[int, ...], ...] = ()
         if memory is not None and memory.failed:
             spans = tuple(
-                tuple(i if keep is None else keep[i] for i in range(start, stop))
-                for start, stop in memory.failed
+                tuple(i if keep is None else keep[i] for i in call) for call in memory.failed
             )
         if keep is None:
             return BatchDone(outcomes, started, finished, job.units, spans)

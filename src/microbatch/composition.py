@@ -7,10 +7,13 @@ model that pads every row to the longest pays — or ``"sum"``, for ragged model
 The :class:`Composer` picks a batch's members from the queue. First-in first-out
 (the default), it takes the oldest items while they fit the size and cost limits.
 Grouping by cost, it looks at a window of the oldest queued items and forms the
-batch around the oldest one from the items whose cost is nearest to its own, so
-that short items do not pay for a long one's padding. No item starves: the oldest
-queued item is always in the next batch, and items that waited ``max_wait_s``
-(the age bound) go first, in arrival order.
+batch around one *anchor* item from the items whose cost is nearest to its own, so
+that short items do not pay for a long one's padding. The anchor is the cheapest
+item of the window (cheap items first: the most answers per second of model time),
+unless the oldest item has waited ``max_wait_s`` (the age bound): then the oldest
+is the anchor. So no item starves: once an item is past the age bound, every batch
+takes the oldest waiting item, and it goes within as many batches as there were
+items queued before it.
 """
 
 from __future__ import annotations
@@ -88,6 +91,9 @@ class Composer:
         window: How many of the oldest queued items grouping chooses from.
         max_wait_s: The age bound: items queued this long go first, oldest first.
         measured: Items' costs come from a ``cost_fn`` (else each costs its units).
+        min_efficiency: Grouping with padded costs: an item joins a batch only if
+            the batch's useful cost stays at least this share of its padded cost
+            (so a batch stops growing before it mixes short items with long ones).
 
     ``ceiling`` is a further cost limit the batcher learns from out-of-memory errors
     (None: none learned). A batch always holds at least its first item, even one
@@ -104,6 +110,7 @@ class Composer:
         window: int = 256,
         max_wait_s: float = 1.0,
         measured: bool = False,
+        min_efficiency: float = 0.6,
     ) -> None:
         self.max_units = max_units
         self.max_cost = max_cost
@@ -112,6 +119,7 @@ class Composer:
         self.window = window
         self.max_wait_s = max_wait_s
         self.measured = measured
+        self.min_efficiency = min_efficiency
         self.ceiling: float | None = None
 
     @property
@@ -141,6 +149,12 @@ class Composer:
         limit = self.cost_limit
         return limit is None or shape.cost_with(entry) <= limit
 
+    def _efficient(self, shape: _Shape, entry: Costed) -> bool:
+        if self.mode == "sum":
+            return True
+        padded = max(shape.peak, entry.peak) * (shape.rows + entry.rows)
+        return shape.total + entry.cost >= self.min_efficiency * padded
+
     def _first_in_first_out(self, queued: Iterable[E]) -> list[E]:
         shape = _Shape(self.mode)
         batch: list[E] = []
@@ -153,27 +167,14 @@ class Composer:
 
     def _grouped(self, window: Sequence[E], now: float) -> list[E]:
         shape = _Shape(self.mode)
-        chosen: list[int] = []
-        overdue = now - self.max_wait_s
-        start = 0
-        for index, entry in enumerate(window):
-            if entry.arrival > overdue:
-                break
-            if not self._fits(shape, entry):
-                return list(window[:index])
-            shape.add(entry)
-            chosen.append(index)
-            start = index + 1
-        rest = range(start, len(window))
-        if not rest:
-            return list(window[:start])
-        anchor = start  # the oldest item not yet chosen: the group forms around it
-        order = sorted(rest, key=lambda i: window[i].peak)
+        if window[0].arrival <= now - self.max_wait_s:
+            anchor = 0  # the oldest waited past the age bound: its group goes now
+        else:  # the cheapest items first: the most items per unit of model time
+            anchor = min(range(len(window)), key=lambda i: window[i].peak)
+        order = sorted(range(len(window)), key=lambda i: window[i].peak)
         at = order.index(anchor)
-        if not self._fits(shape, window[anchor]):
-            return list(window[:start])
         shape.add(window[anchor])
-        chosen.append(anchor)
+        chosen = [anchor]
         target = window[anchor].peak
         below, above = at - 1, at + 1
         while below >= 0 or above < len(order):
@@ -183,7 +184,7 @@ class Composer:
             )
             side = below if take_below else above
             entry = window[order[side]]
-            if self._fits(shape, entry):
+            if self._fits(shape, entry) and self._efficient(shape, entry):
                 shape.add(entry)
                 chosen.append(order[side])
                 if take_below:
@@ -191,7 +192,7 @@ class Composer:
                 else:
                     above += 1
             elif take_below:
-                below = -1  # cheaper ones fit no better (padded) or the budget is near
+                below = -1  # the ones further out are further from the anchor's cost
             else:
                 above = len(order)
         chosen.sort()

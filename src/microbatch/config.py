@@ -52,13 +52,13 @@ class BatchConfig:
         batch_cost: ``"padded"`` (default): a batch costs its largest per-row cost
             times its rows, as a model that pads to the longest input pays;
             ``"sum"``: the sum of its items' costs (ragged models).
-        group_by_cost: Form each batch around the oldest queued item from the items
-            of nearest cost among the oldest ``group_window`` queued, instead of
-            the oldest items in order (see :mod:`microbatch.composition`).
+        group_by_cost: Form each batch from items of similar cost among the oldest
+            ``group_window`` queued, cheapest first, instead of the oldest items
+            in order (see :mod:`microbatch.composition`).
         group_window: How many of the oldest queued items grouping chooses from.
-        max_wait_ms: The age bound of grouping: an item queued this long goes
-            before any grouping, oldest first (default: 10 x ``max_latency_ms``,
-            at least 100 ms).
+        max_wait_ms: The age bound of grouping: once the oldest item has waited
+            this long, batches are formed around the oldest item instead of the
+            cheapest (default: 10 x ``max_latency_ms``, at least 1 s).
         split_on_oom: When a batch runs out of memory (``MemoryError``,
             ``torch.cuda.OutOfMemoryError`` or one of ``oom_errors``), split it
             and run the halves again, and learn a batch-cost ceiling from it.
@@ -153,7 +153,7 @@ class BatchConfig:
         """A fresh composer for one batcher (it keeps a learned ceiling)."""
         wait_ms = self.max_wait_ms
         if wait_ms is None:
-            wait_ms = max(10 * self.max_latency_ms, 100.0)
+            wait_ms = max(10 * self.max_latency_ms, 1000.0)
         return Composer(
             self.max_batch_size,
             self.max_batch_cost,

@@ -451,7 +451,7 @@ class CooperativeBatcher(Generic[T, R]):
                 self._settled_some()
         self._policy.batch_finished(units, end - start)
         failed = () if memory is None else memory.failed
-        self._intake.finished(batch, (range(a, b) for a, b in failed), end - start)
+        self._intake.finished(batch, failed, end - start)
         for entry, outcome in zip(batch, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 self._stats.failed += 1

@@ -40,10 +40,11 @@ def execution_plan(count: int, isolate_errors: bool, memory: MemorySplits | None
     ``isolate_errors``), down to single items, so one poison item fails alone. A
     result list of the wrong length fails its whole span with ResultLengthError.
 
-    With ``memory``, a span of several items that ran out of memory (see
-    :func:`microbatch.oom.is_out_of_memory`) is split in halves whatever
-    ``isolate_errors`` says, and recorded in ``memory.failed``; an item that runs
-    out of memory alone gets that error as its own.
+    With ``memory``, a span whose call of several items (``memory.running``, set
+    by the runner) ran out of memory (see :func:`microbatch.oom.is_out_of_memory`)
+    is split in halves whatever ``isolate_errors`` says, and the call recorded in
+    ``memory.failed``; an item that runs out of memory alone gets that error as its
+    own.
     """
     outcomes: list[Any] = [None] * count
     spans: list[Span] = [(0, count)]
@@ -52,9 +53,11 @@ def execution_plan(count: int, isolate_errors: bool, memory: MemorySplits | None
         reply = yield start, stop
         width = stop - start
         if isinstance(reply, BaseException):
-            out_of_memory = memory is not None and width > 1 and memory.matches(reply)
+            out_of_memory = (
+                memory is not None and len(memory.running) > 1 and memory.matches(reply)
+            )
             if out_of_memory:
-                memory.failed.append((start, stop))  # type: ignore[union-attr]
+                memory.failed.append(tuple(memory.running))  # type: ignore[union-attr]
             if (isolate_errors or out_of_memory) and width > 1:
                 middle = start + width // 2
                 spans.append((middle, stop))
@@ -104,6 +107,8 @@ def run_batch(
     that run out of memory and records them.
     """
     reply: object
+    if memory is not None:
+        memory.running = range(len(items))
     try:
         reply = fn(items)
     except Exception as exc:  # the model's error is this span's outcome
@@ -118,6 +123,8 @@ def run_batch(
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
         keep = _still_wanted(start, stop, wanted)
+        if memory is not None:
+            memory.running = range(start, stop) if keep is None else keep
         try:
             if keep is None:
                 reply = fn(items[start:stop])
@@ -167,6 +174,8 @@ async def run_batch_async(
 ) -> list[Any]:
     """Like :func:`run_batch` for a function that returns an awaitable."""
     reply: object
+    if memory is not None:
+        memory.running = range(len(items))
     try:
         reply = await fn(items)
     except Exception as exc:  # the model's error is this span's outcome
@@ -181,6 +190,8 @@ async def run_batch_async(
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
         keep = _still_wanted(start, stop, wanted)
+        if memory is not None:
+            memory.running = range(start, stop) if keep is None else keep
         try:
             if keep is None:
                 reply = await fn(items[start:stop])

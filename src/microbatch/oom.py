@@ -29,15 +29,17 @@ def is_out_of_memory(error: BaseException, extra: Sequence[type[BaseException]] 
 
 @dataclass
 class MemorySplits:
-    """What one batch's execution learns about memory: which spans of its items ran
-    out of memory (``failed``, as ``(start, stop)`` index pairs).
+    """What one batch's execution learns about memory: which calls of the model ran
+    out of memory (``failed``: the positions of each one's items in the batch).
 
     Args:
         extra: Exception types that also mean "out of memory".
     """
 
     extra: tuple[type[BaseException], ...] = ()
-    failed: list[tuple[int, int]] = field(default_factory=list)
+    failed: list[tuple[int, ...]] = field(default_factory=list)
+    running: Sequence[int] = ()
+    """The positions of the items of the call being made (set by the runner)."""
 
     def matches(self, error: BaseException) -> bool:
         """Whether ``error`` is an out-of-memory error."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -43,22 +44,24 @@ def test_first_in_first_out_stops_at_the_first_item_over_the_budget() -> None:
     assert [e.id for e in composer.choose(entries, now=1.0)] == [0, 1]
 
 
-def test_grouping_puts_items_of_similar_cost_with_the_oldest() -> None:
+def test_grouping_takes_the_cheapest_items_together_first() -> None:
     composer = Composer(3, None, "padded", group=True, max_wait_s=10.0)
     costs = [5.0, 100.0, 6.0, 90.0, 4.0, 95.0, 7.0]
     entries = [Entry(i, cost, 0.1 * i) for i, cost in enumerate(costs)]
     chosen = composer.choose(entries, now=1.0)
-    assert [e.id for e in chosen] == [0, 2, 4]  # the oldest (5) and its nearest: 6, 4
+    assert [e.id for e in chosen] == [0, 2, 4]  # 4, 5 and 6: the cheapest, in arrival order
     rest = [e for e in entries if e not in chosen]
+    # 7 goes alone: with 90 the batch would be half padding.
+    assert [e.id for e in composer.choose(rest, now=1.0)] == [6]
+    rest = [e for e in rest if e.id != 6]
     assert [e.id for e in composer.choose(rest, now=1.0)] == [1, 3, 5]
 
 
-def test_items_past_the_age_bound_go_first_in_arrival_order() -> None:
-    composer = Composer(3, None, "padded", group=True, max_wait_s=1.0)
-    entries = [Entry(0, 100.0, 0.0), Entry(1, 1.0, 0.5), Entry(2, 90.0, 2.5), Entry(3, 95.0, 2.6)]
-    # At 2.0 the first two waited past the bound: they go first, then the group
-    # around the next oldest (cost 90) takes the nearest remaining (95).
-    assert [e.id for e in composer.choose(entries, now=2.0)] == [0, 1, 2]
+def test_past_the_age_bound_the_batch_forms_around_the_oldest() -> None:
+    composer = Composer(2, None, "padded", group=True, max_wait_s=1.0)
+    entries = [Entry(0, 100.0, 0.0), Entry(1, 1.0, 0.5), Entry(2, 90.0, 2.5), Entry(3, 2.0, 2.6)]
+    assert [e.id for e in composer.choose(entries, now=0.9)] == [1, 3]  # not yet: cheapest
+    assert [e.id for e in composer.choose(entries, now=1.0)] == [0, 2]  # the oldest and 90
 
 
 def test_a_learned_ceiling_lowers_the_cost_limit_but_an_item_still_goes_alone() -> None:
@@ -91,7 +94,8 @@ def test_every_item_is_taken_once_and_no_batch_is_over_its_limits(
     while queue:
         batch = composer.choose(queue, now)
         assert batch, "an empty batch from a non-empty queue"
-        assert batch[0] is queue[0] or any(e is queue[0] for e in batch), "the oldest waits"
+        if not group:
+            assert batch[0] is queue[0], "first in, first out: the oldest goes first"
         assert len(batch) <= size
         if len(batch) > 1:
             assert batch_cost(batch, mode) <= budget + 1e-9  # type: ignore[arg-type]
@@ -109,30 +113,33 @@ def test_every_item_is_taken_once_and_no_batch_is_over_its_limits(
         max_size=60,
     ),
     size=st.integers(1, 6),
+    max_wait=st.integers(0, 8),
 )
-def test_no_item_is_passed_over_more_often_than_there_were_items_ahead_of_it(
-    arrivals: list[tuple[int, float]], size: int
+def test_past_the_age_bound_no_item_is_passed_over_more_than_the_items_ahead_of_it(
+    arrivals: list[tuple[int, float]], size: int, max_wait: int
 ) -> None:
     """However skewed the arrivals (a stream of cheap items while an expensive one
-    waits), an item goes in one of the next ``ahead + 1`` batches, where ``ahead``
-    is the number of items queued before it when it arrived."""
-    composer = Composer(size, None, "padded", group=True, max_wait_s=1e9)
+    waits), once an item has waited the age bound it goes in one of the next
+    ``ahead + 1`` batches, ``ahead`` being the items queued before it when it came.
+    Time moves one unit per batch."""
+    composer = Composer(size, None, "padded", group=True, max_wait_s=float(max_wait))
     queue: list[Entry] = []
-    deadline_batch: dict[int, int] = {}
-    batches = 0
-    next_id = 0
-    for count, cost in [*arrivals, *[(0, 1.0)] * 100]:
+    ahead: dict[int, int] = {}
+    passed_over: Counter[int] = Counter()
+    now = 0
+    for count, cost in [*arrivals, *[(0, 1.0)] * 400]:
         for _ in range(count):
-            deadline_batch[next_id] = batches + len(queue) + 1
-            queue.append(Entry(next_id, cost, float(next_id)))
-            next_id += 1
+            ahead[len(ahead)] = len(queue)
+            queue.append(Entry(len(ahead) - 1, cost, float(now)))
         if not queue:
             continue
-        batch = composer.choose(queue, now=float(next_id))
-        batches += 1
-        for entry in batch:
-            assert batches <= deadline_batch[entry.id], "an item was passed over too often"
+        batch = composer.choose(queue, now=float(now))
         queue = [e for e in queue if e not in batch]
+        for entry in queue:
+            if entry.arrival <= now - max_wait:
+                passed_over[entry.id] += 1
+                assert passed_over[entry.id] <= ahead[entry.id], "an item starves"
+        now += 1
     assert not queue
 
 

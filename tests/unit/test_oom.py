@@ -40,7 +40,7 @@ def test_a_batch_that_runs_out_of_memory_is_split_even_without_isolating_errors(
     memory = MemorySplits()
     outcomes = run_batch(limited(5, calls), [1, 2, 3, 4], False, None, memory)
     assert outcomes == [2, 4, 6, 8]
-    assert memory.failed == [(0, 4), (2, 4)]  # 10 failed, then 3+4=7 failed
+    assert memory.failed == [(0, 1, 2, 3), (2, 3)]  # 10 failed, then 3+4=7 failed
     assert calls == [[1, 2, 3, 4], [1, 2], [3, 4], [3], [4]]
 
 

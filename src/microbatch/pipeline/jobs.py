@@ -112,7 +112,7 @@ def run_job(
             row_count += rows.count(items[index])
     spans: tuple[tuple[int, ...], ...] = ()
     if memory is not None and memory.failed:
-        spans = tuple(tuple(keep[i] for i in range(a, b)) for a, b in memory.failed)
+        spans = tuple(tuple(keep[i] for i in call) for call in memory.failed)
     return Ran(outcomes, started, finished, computed, row_count, spans)
 
 
