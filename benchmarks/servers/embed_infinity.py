@@ -30,7 +30,6 @@ os.execv(
         "cpu",
         "--batch-size",
         "32",
-        "--no-bettertransformer",
         "--no-compile",
         "--host",
         "127.0.0.1",

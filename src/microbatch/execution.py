@@ -53,9 +53,7 @@ def execution_plan(count: int, isolate_errors: bool, memory: MemorySplits | None
         reply = yield start, stop
         width = stop - start
         if isinstance(reply, BaseException):
-            out_of_memory = (
-                memory is not None and len(memory.running) > 1 and memory.matches(reply)
-            )
+            out_of_memory = memory is not None and len(memory.running) > 1 and memory.matches(reply)
             if out_of_memory:
                 memory.failed.append(tuple(memory.running))  # type: ignore[union-attr]
             if (isolate_errors or out_of_memory) and width > 1:
