@@ -8,10 +8,11 @@ The :class:`Composer` picks a batch's members from the queue. First-in first-out
 (the default), it takes the oldest items while they fit the size and cost limits.
 Grouping by cost, it looks at a window of the oldest queued items and forms the
 batch around one *anchor* item from the items whose cost is nearest to its own, so
-that short items do not pay for a long one's padding. The anchor is the cheapest
-item of the window (cheap items first: the most answers per second of model time),
-unless the oldest item has waited ``max_wait_s`` (the age bound): then the oldest
-is the anchor. So no item starves: once an item is past the age bound, every batch
+that short items do not pay for a long one's padding. The anchor is the item that
+has waited longest for its cost (its wait over its cost: cheap items go soon, the
+most answers per second of model time, and costly ones in their turn), unless the
+oldest item has waited ``max_wait_s`` (the age bound): then the oldest is the
+anchor. So no item starves: once an item is past the age bound, every batch
 takes the oldest waiting item, and it goes within as many batches as there were
 items queued before it.
 """
@@ -49,6 +50,11 @@ def batch_cost(entries: Iterable[Costed], mode: BatchCostMode) -> float:
 
 
 E = TypeVar("E", bound=Costed)
+
+
+def _urgency(entry: Costed, now: float) -> float:
+    """How long ``entry`` waited per unit of its cost (ties: the cheapest first)."""
+    return (now - entry.arrival + 1e-9) / max(entry.peak, 1e-9)
 
 
 class _Shape:
@@ -169,8 +175,8 @@ class Composer:
         shape = _Shape(self.mode)
         if window[0].arrival <= now - self.max_wait_s:
             anchor = 0  # the oldest waited past the age bound: its group goes now
-        else:  # the cheapest items first: the most items per unit of model time
-            anchor = min(range(len(window)), key=lambda i: window[i].peak)
+        else:  # the longest wait per unit of cost: cheap items soon, costly ones in time
+            anchor = max(range(len(window)), key=lambda i: _urgency(window[i], now))
         order = sorted(range(len(window)), key=lambda i: window[i].peak)
         at = order.index(anchor)
         shape.add(window[anchor])

@@ -53,12 +53,12 @@ class BatchConfig:
             times its rows, as a model that pads to the longest input pays;
             ``"sum"``: the sum of its items' costs (ragged models).
         group_by_cost: Form each batch from items of similar cost among the oldest
-            ``group_window`` queued, cheapest first, instead of the oldest items
-            in order (see :mod:`microbatch.composition`).
+            ``group_window`` queued, around the item that waited longest for its
+            cost, instead of the oldest items in order (see
+            :mod:`microbatch.composition`).
         group_window: How many of the oldest queued items grouping chooses from.
         max_wait_ms: The age bound of grouping: once the oldest item has waited
-            this long, batches are formed around the oldest item instead of the
-            cheapest (default: 10 x ``max_latency_ms``, at least 1 s).
+            this long, batches are formed around the oldest item (default: 10 x ``max_latency_ms``, at least 1 s).
         split_on_oom: When a batch runs out of memory (``MemoryError``,
             ``torch.cuda.OutOfMemoryError`` or one of ``oom_errors``), split it
             and run the halves again, and learn a batch-cost ceiling from it.

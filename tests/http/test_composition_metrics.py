@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from microbatch import batch
+from microbatch.http import app
 from microbatch.http.metrics import ServiceCollector
 from microbatch.policy import QueueState
 from microbatch.stats import ServiceStats, StageStats, StatsRecorder
+from tests.http.conftest import serving
 
 
 def test_composition_metrics_come_from_the_stage_stats() -> None:
@@ -45,3 +48,16 @@ def test_composition_metrics_come_from_the_stage_stats() -> None:
     assert ("microbatch_padding_efficiency", plain_stage) not in samples
     assert ("microbatch_batch_cost_ceiling", plain_stage) not in samples
     assert samples[("microbatch_oom_splits_total", plain_stage)] == 0.0
+
+
+async def test_an_item_over_the_cost_budget_is_answered_422() -> None:
+    @batch(cost_fn=len, max_batch_cost=8, max_latency_ms=1)
+    def upper(texts: list[str]) -> list[str]:
+        return [text.upper() for text in texts]
+
+    async with serving(app(upper)) as client:
+        fits = await client.post("/predict", json="short")
+        too_long = await client.post("/predict", json="far too long a text")
+    assert fits.status_code == 200 and fits.json() == "SHORT"
+    assert too_long.status_code == 422
+    assert "exceeds max_batch_cost=8" in too_long.text
