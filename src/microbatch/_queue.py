@@ -118,8 +118,10 @@ class PendingQueue(Generic[E]):
         return batch, units
 
     def _released(self, batch: list[E], units: int, now: float) -> None:
-        cost = sum(entry.cost for entry in batch)
+        measured = self.composer.measured
+        # Without a cost_fn each entry costs its units.
+        cost = sum(entry.cost for entry in batch) if measured else float(units)
         self.state.released(len(batch), units, cost)
         self.stats.released(units, [now - entry.arrival for entry in batch])
-        if self.composer.measured:
+        if measured:
             self.stats.costed(batch_cost(batch, self.composer.mode), cost)

@@ -58,7 +58,8 @@ class BatchConfig:
             :mod:`microbatch.composition`).
         group_window: How many of the oldest queued items grouping chooses from.
         max_wait_ms: The age bound of grouping: once the oldest item has waited
-            this long, batches are formed around the oldest item (default: 10 x ``max_latency_ms``, at least 1 s).
+            this long, batches are formed around the oldest item (default:
+            10 x ``max_latency_ms``, at least 1 s).
         split_on_oom: When a batch runs out of memory (``MemoryError``,
             ``torch.cuda.OutOfMemoryError`` or one of ``oom_errors``), split it
             and run the halves again, and learn a batch-cost ceiling from it.
