@@ -385,6 +385,7 @@ def report(data: dict[str, Any], command: str) -> str:
             f" | {_ms(buckets['long (>128)']['p99_ms'])}"
             f" | {'-' if efficiency is None else f'{efficiency:.0%}'} | {result['errors']} |"
         )
+    lines += ["", "![texts/s, p99 and short texts' p99 by connections](batch_composition.png)"]
     lines += ["", "## Targets at 64 connections", ""]
     lines += [f"- {target}" for target in data["targets"]]
     lines.append("")
