@@ -54,9 +54,8 @@ def test_threads_get_their_own_results_within_the_budget(
         group_by_cost=group,
         max_batch_size=16,
         max_latency_ms=1,
-    ) as batcher:
-        with ThreadPoolExecutor(threads) as pool:
-            outcomes = list(pool.map(call, range(len(costs))))
+    ) as batcher, ThreadPoolExecutor(threads) as pool:
+        outcomes = list(pool.map(call, range(len(costs))))
     assert not over, over
     for index, outcome in enumerate(outcomes):
         if isinstance(outcome, MemoryError):
