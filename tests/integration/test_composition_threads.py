@@ -47,14 +47,17 @@ def test_threads_get_their_own_results_within_the_budget(
         except MemoryError as error:
             return error
 
-    with CooperativeBatcher(
-        model,
-        cost_fn=lambda item: item[1],
-        max_batch_cost=budget,
-        group_by_cost=group,
-        max_batch_size=16,
-        max_latency_ms=1,
-    ) as batcher, ThreadPoolExecutor(threads) as pool:
+    with (
+        CooperativeBatcher(
+            model,
+            cost_fn=lambda item: item[1],
+            max_batch_cost=budget,
+            group_by_cost=group,
+            max_batch_size=16,
+            max_latency_ms=1,
+        ) as batcher,
+        ThreadPoolExecutor(threads) as pool,
+    ):
         outcomes = list(pool.map(call, range(len(costs))))
     assert not over, over
     for index, outcome in enumerate(outcomes):
