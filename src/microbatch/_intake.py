@@ -94,8 +94,11 @@ class Intake(Generic[E]):
         ceiling = self.ceiling
         spans = list(out_of_memory)
         if spans:
-            for span in spans:
-                ceiling.ran_out(batch_cost([batch[i] for i in span], mode))
+            count = len(batch)
+            for span in spans:  # a runner's report: trusted no further than its range
+                failed = [batch[i] for i in span if 0 <= i < count]
+                if len(failed) > 1:
+                    ceiling.ran_out(batch_cost(failed, mode))
             self.stats.oom_splits += len(spans)
         elif ceiling.value is not None and duration_s is not None:
             ceiling.succeeded(batch_cost(batch, mode))
