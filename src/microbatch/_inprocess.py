@@ -21,6 +21,7 @@ from typing import Any
 from .errors import MicrobatchError
 from .execution import is_async_callable, run_batch, run_batch_async
 from .merge import RowFormat, merged, merged_async
+from .oom import MemorySplits
 from .types import BatchDone, BatchJob
 
 __all__ = ["FunctionRunner", "function_runner"]
@@ -38,13 +39,20 @@ def function_runner(
     size_of: Callable[[Any], int],
     now: Callable[[], float],
     threads: int,
+    memory: Callable[[], MemorySplits | None] = lambda: None,
 ) -> FunctionRunner:
-    """The runner for ``fn``: awaited in the loop, or run in ``threads`` threads."""
+    """The runner for ``fn``: awaited in the loop, or run in ``threads`` threads.
+    ``memory`` makes each batch's record of out-of-memory splits (None: no splits)."""
     if is_async_callable(fn):
         merged_fn = fn if rows is None else merged_async(fn, rows)
-        return _AsyncRunner(merged_fn, isolate_errors, size_of, now)
+        return _AsyncRunner(merged_fn, isolate_errors, size_of, now, memory)
     return _ThreadRunner(
-        fn if rows is None else merged(fn, rows), isolate_errors, size_of, now, threads=threads
+        fn if rows is None else merged(fn, rows),
+        isolate_errors,
+        size_of,
+        now,
+        memory,
+        threads=threads,
     )
 
 
@@ -62,7 +70,9 @@ class FunctionRunner:
         isolate_errors: bool,
         size_of: Callable[[Any], int],
         now: Callable[[], float],
+        memory: Callable[[], MemorySplits | None],
     ) -> None:
+        self._memory = memory
         self._fn = fn  # rows already merged: it takes and returns whole lists
         self._isolate = isolate_errors
         self._size_of = size_of
@@ -110,14 +120,20 @@ class FunctionRunner:
         outcomes: list[Any],
         started: float | None,
         finished: float | None,
+        memory: MemorySplits | None = None,
     ) -> BatchDone:
+        spans: tuple[tuple[int, ...], ...] = ()
+        if memory is not None and memory.failed:
+            spans = tuple(
+                tuple(i if keep is None else keep[i] for i in call) for call in memory.failed
+            )
         if keep is None:
-            return BatchDone(outcomes, started, finished, job.units)
+            return BatchDone(outcomes, started, finished, job.units, spans)
         placed: list[Any] = [_LeftOut("its caller no longer waits")] * len(job.items)
         for index, outcome in zip(keep, outcomes, strict=True):
             placed[index] = outcome
         units = sum(self._size_of(job.items[index]) for index in keep)
-        return BatchDone(placed, started, finished, units)
+        return BatchDone(placed, started, finished, units, spans)
 
 
 class _AsyncRunner(FunctionRunner):
@@ -129,11 +145,12 @@ class _AsyncRunner(FunctionRunner):
         if not items:
             return self._report(job, keep, [], None, None)
         number, started = self._started()
+        memory = self._memory()
         try:
-            outcomes = await run_batch_async(self._fn, items, self._isolate, wanted)
+            outcomes = await run_batch_async(self._fn, items, self._isolate, wanted, memory)
         finally:
             finished = self._finished(number)
-        return self._report(job, keep, outcomes, started, finished)
+        return self._report(job, keep, outcomes, started, finished, memory)
 
 
 class _ThreadRunner(FunctionRunner):
@@ -171,11 +188,12 @@ class _ThreadRunner(FunctionRunner):
                 result = self._report(job, keep, [], None, None)
             else:
                 number, started = self._started()
+                memory = self._memory()
                 try:
-                    outcomes = run_batch(self._fn, items, self._isolate, wanted)
+                    outcomes = run_batch(self._fn, items, self._isolate, wanted, memory)
                 finally:
                     finished = self._finished(number)
-                result = self._report(job, keep, outcomes, started, finished)
+                result = self._report(job, keep, outcomes, started, finished, memory)
         except BaseException as exc:  # handed to the loop, which fails the batch
             result = exc
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more

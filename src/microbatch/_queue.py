@@ -1,8 +1,10 @@
 """The queue of items waiting for a batch, shared by the asyncio and thread batchers.
 
-Entries leave the queue in order, in batches of at most ``max_batch_size`` units.
-A cancelled or expired entry is only marked: it is skipped when reached, which keeps
-removal O(1); the queue is compacted when such entries pile up.
+Entries leave the queue in batches that the :class:`~microbatch.composition.Composer`
+chooses: in order, or grouped by cost from a window of the oldest. An entry that
+left (cancelled, expired, or taken out of the middle by grouping) is only marked:
+it is skipped when reached, which keeps removal O(1); the queue is compacted when
+such entries pile up.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
+from .composition import Composer, batch_cost
 from .policy import QueueState
 from .stats import StatsRecorder
 
@@ -18,14 +21,20 @@ __all__ = ["Pending", "PendingQueue"]
 
 
 class Pending:
-    """What the queue needs of an entry; each batcher's entry extends it."""
+    """What the queue needs of an entry; each batcher's entry extends it.
 
-    __slots__ = ("arrival", "queued", "size")
+    ``cost`` (the sum over its rows), ``peak`` (its largest per-row cost) and
+    ``rows`` are what ``cost_fn`` measured; without one, an entry costs its size.
+    """
+
+    __slots__ = ("arrival", "cost", "peak", "queued", "rows", "size")
 
     def __init__(self, size: int, arrival: float) -> None:
         self.size = size
         self.arrival = arrival
         self.queued = True
+        self.cost = self.peak = float(size)
+        self.rows = 1
 
 
 E = TypeVar("E", bound=Pending)
@@ -38,8 +47,8 @@ class PendingQueue(Generic[E]):
     under its lock.
     """
 
-    def __init__(self, max_batch_size: int) -> None:
-        self.max_batch_size = max_batch_size
+    def __init__(self, composer: Composer) -> None:
+        self.composer = composer
         self.state = QueueState()
         self.stats = StatsRecorder()
         self._entries: deque[E] = deque()
@@ -51,14 +60,17 @@ class PendingQueue(Generic[E]):
     def add(self, entry: E, now: float) -> None:
         """Queue ``entry``, which arrived at ``now``."""
         self._entries.append(entry)
-        self.state.arrived(now, entry.size)
+        self.state.arrived(now, entry.size, entry.cost)
 
     def drop(self, entry: E) -> None:
         """Take a queued entry out of the counts; it is skipped when reached."""
         entry.queued = False
         state = self.state
-        state.left(entry.size)
-        if len(self._entries) > 2 * state.count + 64:
+        state.left(entry.size, entry.cost)
+        self._compact()
+
+    def _compact(self) -> None:
+        if len(self._entries) > 2 * self.state.count + 64:
             self._entries = deque(e for e in self._entries if e.queued)
 
     def head(self) -> E | None:
@@ -73,11 +85,11 @@ class PendingQueue(Generic[E]):
         return head
 
     def take(self, now: float) -> tuple[list[E], int]:
-        """Remove the next batch: the oldest entries up to ``max_batch_size`` units.
-
-        Stops at the first entry that does not fit, so the order is kept.
-        """
-        entries, limit = self._entries, self.max_batch_size
+        """Remove the next batch, as the composer chooses it; return it and its units."""
+        composer = self.composer
+        if composer.group or composer.cost_limit is not None:
+            return self._take_composed(now)
+        entries, limit = self._entries, composer.max_units
         batch: list[E] = []
         units = 0
         while entries:
@@ -85,12 +97,31 @@ class PendingQueue(Generic[E]):
             if not entry.queued:
                 entries.popleft()
                 continue
-            if units + entry.size > limit:
+            if units + entry.size > limit and batch:
                 break
             entries.popleft()
             entry.queued = False
             batch.append(entry)
             units += entry.size
-        self.state.released(len(batch), units)
-        self.stats.released(units, [now - entry.arrival for entry in batch])
+        self._released(batch, units, now)
         return batch, units
+
+    def _take_composed(self, now: float) -> tuple[list[E], int]:
+        batch = self.composer.choose(iter(self), now)
+        units = 0
+        for entry in batch:
+            entry.queued = False
+            units += entry.size
+        self.head()  # drop what left from the front
+        self._compact()
+        self._released(batch, units, now)
+        return batch, units
+
+    def _released(self, batch: list[E], units: int, now: float) -> None:
+        measured = self.composer.measured
+        # Without a cost_fn each entry costs its units.
+        cost = sum(entry.cost for entry in batch) if measured else float(units)
+        self.state.released(len(batch), units, cost)
+        self.stats.released(units, [now - entry.arrival for entry in batch])
+        if measured:
+            self.stats.costed(batch_cost(batch, self.composer.mode), cost)

@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar
 
 from ._deadlines import DeadlineWatch
 from ._inprocess import FunctionRunner, function_runner
-from ._intake import Intake
+from ._intake import Intake, Part
 from ._queue import Pending
 from .clock import Clock, MonotonicClock, Timer
 from .config import BatchConfig
@@ -132,6 +132,7 @@ class Batcher(Generic[T, R]):
                 size_of=_size_of(self._intake),
                 now=self._now,
                 threads=self.config.max_concurrent_batches,
+                memory=self._intake.memory_splits,
             )
             ahead = self._own_runner.queues_batches
         else:
@@ -191,7 +192,8 @@ class Batcher(Generic[T, R]):
                 return await self._submit_parts(parts, due)  # type: ignore[no-any-return]
             loop = self._bind()
             intake.admit(1, due)
-            entry = self._enqueue(loop, parts[0][0], parts[0][1], due)
+            part = parts[0]
+            entry = self._enqueue(loop, part.item, part.units, due, part)
         try:
             return await entry.future  # type: ignore[no-any-return]
         except asyncio.CancelledError:
@@ -238,11 +240,18 @@ class Batcher(Generic[T, R]):
     # -- intake ------------------------------------------------------------------
 
     def _enqueue(
-        self, loop: asyncio.AbstractEventLoop, item: Any, size: int, deadline: float | None
+        self,
+        loop: asyncio.AbstractEventLoop,
+        item: Any,
+        size: int,
+        deadline: float | None,
+        part: Part | None = None,
     ) -> _Entry:
-        """Queue one admitted part."""
+        """Queue one admitted part (``part`` gives its cost, when one was measured)."""
         now = self._now()
         entry = _Entry(item, size, now, loop.create_future(), deadline)
+        if part is not None:
+            part.measure(entry)
         if deadline is not None:
             self._deadlines.watch(entry, deadline)  # one timer for every item's deadline
         self._queue.add(entry, now)
@@ -250,10 +259,10 @@ class Batcher(Generic[T, R]):
             self._dispatch()
         return entry
 
-    async def _submit_parts(self, parts: list[tuple[Any, int]], deadline: float | None) -> Any:
+    async def _submit_parts(self, parts: list[Part], deadline: float | None) -> Any:
         loop = self._bind()
         self._intake.admit(len(parts), deadline)
-        entries = [self._enqueue(loop, part, size, deadline) for part, size in parts]
+        entries = [self._enqueue(loop, part.item, part.units, deadline, part) for part in parts]
         try:
             outcomes = await asyncio.gather(
                 *(entry.future for entry in entries), return_exceptions=True
@@ -377,8 +386,11 @@ class Batcher(Generic[T, R]):
 
     def _settle_batch(self, batch: list[_Entry], done: BatchDone) -> None:
         started, finished = done.started_s, done.finished_s
+        duration = None
         if started is not None and finished is not None and done.units > 0:
-            self._policy.batch_finished(done.units, finished - started)
+            duration = finished - started
+            self._policy.batch_finished(done.units, duration)
+        self._intake.finished(batch, done.out_of_memory, duration)
         outcomes = done.outcomes
         if len(outcomes) != len(batch):
             self._abort(batch, MicrobatchError(f"{len(outcomes)} outcomes for {len(batch)}"))

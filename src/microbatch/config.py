@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .composition import BatchCostMode, Composer
 from .merge import ListRows, NumpyRows, RowFormat
 from .policy import AdaptivePolicy, FixedPolicy, Policy
 
@@ -43,6 +44,26 @@ class BatchConfig:
             an item with more than ``max_batch_size`` rows is split across batches.
         isolate_errors: When a whole batch raises, split it in halves until the
             failing items are found, so that only they fail.
+        cost_fn: Cost of one item (tokens, pixels, samples): a number >= 0; with
+            ``rows``, of one row. Batches are then kept within ``max_batch_cost``.
+        max_batch_cost: Most cost per batch, counted as ``batch_cost`` says. An
+            item that costs more alone is refused (:class:`~microbatch.errors.
+            ItemTooLarge`, HTTP 422), or, with ``rows``, split into parts that fit.
+        batch_cost: ``"padded"`` (default): a batch costs its largest per-row cost
+            times its rows, as a model that pads to the longest input pays;
+            ``"sum"``: the sum of its items' costs (ragged models).
+        group_by_cost: Form each batch from items of similar cost among the oldest
+            ``group_window`` queued, around the item that waited longest for its
+            cost, instead of the oldest items in order (see
+            :mod:`microbatch.composition`).
+        group_window: How many of the oldest queued items grouping chooses from.
+        max_wait_ms: The age bound of grouping: once the oldest item has waited
+            this long, batches are formed around the oldest item (default:
+            10 x ``max_latency_ms``, at least 1 s).
+        split_on_oom: When a batch runs out of memory (``MemoryError``,
+            ``torch.cuda.OutOfMemoryError`` or one of ``oom_errors``), split it
+            and run the halves again, and learn a batch-cost ceiling from it.
+        oom_errors: More exception types that mean "out of memory".
 
     Raises:
         ValueError: A setting is out of range; the message names it and its value.
@@ -57,6 +78,14 @@ class BatchConfig:
     size_fn: Callable[[Any], int] | None = None
     rows: Literal["list", "numpy"] | RowFormat | None = None
     isolate_errors: bool = True
+    cost_fn: Callable[[Any], float] | None = None
+    max_batch_cost: float | None = None
+    batch_cost: BatchCostMode = "padded"
+    group_by_cost: bool = False
+    group_window: int = 256
+    max_wait_ms: float | None = None
+    split_on_oom: bool = True
+    oom_errors: tuple[type[BaseException], ...] = ()
 
     def __post_init__(self) -> None:
         _require_int("max_batch_size", self.max_batch_size, minimum=1)
@@ -88,11 +117,53 @@ class BatchConfig:
             )
         if self.size_fn is not None and not callable(self.size_fn):
             raise ValueError(f"size_fn must be callable, got {self.size_fn!r}")
+        self._check_composition()
+
+    def _check_composition(self) -> None:
+        if self.cost_fn is not None and not callable(self.cost_fn):
+            raise ValueError(f"cost_fn must be callable, got {self.cost_fn!r}")
+        budget = self.max_batch_cost
+        if budget is not None and (not _is_real(budget) or not (0 < budget < math.inf)):
+            raise ValueError(f"max_batch_cost must be None or a number > 0, got {budget!r}")
+        if budget is not None and self.cost_fn is None:
+            raise ValueError("max_batch_cost needs cost_fn: the cost of one item")
+        if self.batch_cost not in ("padded", "sum"):
+            raise ValueError(f"batch_cost must be 'padded' or 'sum', got {self.batch_cost!r}")
+        _require_int("group_window", self.group_window, minimum=1)
+        wait = self.max_wait_ms
+        if wait is not None and (not _is_real(wait) or not (0 <= wait < math.inf)):
+            raise ValueError(f"max_wait_ms must be None or a finite number >= 0, got {wait!r}")
+        errors = self.oom_errors
+        if not isinstance(errors, tuple) or not all(
+            isinstance(kind, type) and issubclass(kind, BaseException) for kind in errors
+        ):
+            raise ValueError(f"oom_errors must be a tuple of exception types, got {errors!r}")
 
     @property
     def max_latency_s(self) -> float:
         """``max_latency_ms`` in seconds."""
         return self.max_latency_ms / 1000.0
+
+    @property
+    def cost_mode(self) -> BatchCostMode:
+        """How batch cost is counted: ``batch_cost`` with a ``cost_fn``; without
+        one an item costs its batch units, summed."""
+        return "sum" if self.cost_fn is None else self.batch_cost
+
+    def new_composer(self) -> Composer:
+        """A fresh composer for one batcher (it keeps a learned ceiling)."""
+        wait_ms = self.max_wait_ms
+        if wait_ms is None:
+            wait_ms = max(10 * self.max_latency_ms, 1000.0)
+        return Composer(
+            self.max_batch_size,
+            self.max_batch_cost,
+            self.cost_mode,
+            group=self.group_by_cost,
+            window=self.group_window,
+            max_wait_s=wait_ms / 1000.0,
+            measured=self.cost_fn is not None,
+        )
 
     def new_policy(self) -> Policy:
         """A fresh policy for one batcher: made by name or by the factory, or a deep
@@ -103,10 +174,15 @@ class BatchConfig:
         """
         spec = self.policy
         if spec == "fixed":
-            return FixedPolicy(self.max_batch_size, self.max_latency_s)
+            return FixedPolicy(
+                self.max_batch_size, self.max_latency_s, max_batch_cost=self.max_batch_cost
+            )
         if spec == "adaptive":
             return AdaptivePolicy(
-                self.max_batch_size, self.max_latency_s, slots=self.max_concurrent_batches
+                self.max_batch_size,
+                self.max_latency_s,
+                slots=self.max_concurrent_batches,
+                max_batch_cost=self.max_batch_cost,
             )
         if isinstance(spec, str):
             raise ValueError(f"unknown policy {spec!r}")

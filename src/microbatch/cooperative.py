@@ -33,7 +33,7 @@ from ._calls import Call as _Call
 from ._calls import Entry as _Entry
 from ._calls import LoopCall as _LoopCall
 from ._calls import ThreadCall as _ThreadCall
-from ._intake import Intake
+from ._intake import Intake, Part
 from .clock import Clock, MonotonicClock
 from .config import BatchConfig
 from .errors import BatcherClosed, DeadlineExceeded, MicrobatchError
@@ -138,7 +138,7 @@ class CooperativeBatcher(Generic[T, R]):
             raise RuntimeError("a batch function called its own batcher: that would deadlock")
         intake = self._intake
         if intake.plain and timeout_s is None and deadline is None:
-            due, parts = None, [(item, 1)]  # nothing to work out
+            due, parts = None, [Part(item, 1, 1.0, 1.0, 1)]  # nothing to work out
         else:
             due = intake.deadline(timeout_s, deadline)  # the one place it is worked out
             parts = intake.parts(item)
@@ -166,7 +166,7 @@ class CooperativeBatcher(Generic[T, R]):
         event loop. Raises as :meth:`submit`."""
         intake = self._intake
         if intake.plain and timeout_s is None and deadline is None:
-            due, parts = None, [(item, 1)]  # nothing to work out
+            due, parts = None, [Part(item, 1, 1.0, 1.0, 1)]  # nothing to work out
         else:
             due, parts = intake.deadline(timeout_s, deadline), intake.parts(item)
         call = _LoopCall(due, asyncio.get_running_loop())
@@ -228,10 +228,11 @@ class CooperativeBatcher(Generic[T, R]):
 
     # -- intake and waiting (lock held) ------------------------------------------
 
-    def _enqueue(self, call: _Call, parts: list[tuple[Any, int]]) -> None:
+    def _enqueue(self, call: _Call, parts: list[Part]) -> None:
         now = self._intake.admit(len(parts), call.deadline)
-        for item, size in parts:
-            entry = _Entry(call, item, size, now)
+        for part in parts:
+            entry = _Entry(call, part.item, part.units, now)
+            part.measure(entry)
             call.entries.append(entry)
             self._queue.add(entry, now)
         call.pending = len(parts)
@@ -424,9 +425,14 @@ class CooperativeBatcher(Generic[T, R]):
         self._runners.add(me)
         self._lock.release()
         start = end = self._now()
+        memory = self._intake.memory_splits()
         try:
             outcomes = run_batch(
-                self._fn, items, self.config.isolate_errors, lambda i: batch[i].outcome is _PENDING
+                self._fn,
+                items,
+                self.config.isolate_errors,
+                lambda i: batch[i].outcome is _PENDING,
+                memory,
             )
             end = self._now()
         finally:
@@ -444,6 +450,8 @@ class CooperativeBatcher(Generic[T, R]):
             if outcomes is None:
                 self._settled_some()
         self._policy.batch_finished(units, end - start)
+        failed = () if memory is None else memory.failed
+        self._intake.finished(batch, failed, end - start)
         for entry, outcome in zip(batch, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 self._stats.failed += 1

@@ -54,6 +54,14 @@ class BatchSettings(TypedDict, total=False):
     timeout_s: float | None
     size_fn: Callable[[Any], int] | None
     isolate_errors: bool
+    cost_fn: Callable[[Any], float] | None
+    max_batch_cost: float | None
+    batch_cost: Literal["padded", "sum"]
+    group_by_cost: bool
+    group_window: int
+    max_wait_ms: float | None
+    split_on_oom: bool
+    oom_errors: tuple[type[BaseException], ...]
     examples: Sequence[Any]
 
 

@@ -1,4 +1,5 @@
-"""Running one batch: per-item results, per-item errors, and bisection of failures.
+"""Running one batch: per-item results, per-item errors, bisection of failures, and
+splitting of batches that ran out of memory.
 
 The plan is written once, without I/O, as a generator: it yields the spans of the
 batch to run and is sent each span's result list or the exception it raised. The
@@ -13,6 +14,7 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any
 
 from .errors import DeadlineExceeded, ResultLengthError
+from .oom import MemorySplits
 
 __all__ = [
     "execution_plan",
@@ -27,7 +29,7 @@ Span = tuple[int, int]
 Plan = Generator[Span, object, list[Any]]
 
 
-def execution_plan(count: int, isolate_errors: bool) -> Plan:
+def execution_plan(count: int, isolate_errors: bool, memory: MemorySplits | None = None) -> Plan:
     """Plan the calls that produce one outcome for each of ``count`` items.
 
     Yields ``(start, stop)`` spans to call the batch function on, and expects to be
@@ -37,6 +39,12 @@ def execution_plan(count: int, isolate_errors: bool) -> Plan:
     A span whose call raised is split in halves and each half run again (when
     ``isolate_errors``), down to single items, so one poison item fails alone. A
     result list of the wrong length fails its whole span with ResultLengthError.
+
+    With ``memory``, a span whose call of several items (``memory.running``, set
+    by the runner) ran out of memory (see :func:`microbatch.oom.is_out_of_memory`)
+    is split in halves whatever ``isolate_errors`` says, and the call recorded in
+    ``memory.failed``; an item that runs out of memory alone gets that error as its
+    own.
     """
     outcomes: list[Any] = [None] * count
     spans: list[Span] = [(0, count)]
@@ -45,7 +53,10 @@ def execution_plan(count: int, isolate_errors: bool) -> Plan:
         reply = yield start, stop
         width = stop - start
         if isinstance(reply, BaseException):
-            if isolate_errors and width > 1:
+            out_of_memory = memory is not None and len(memory.running) > 1 and memory.matches(reply)
+            if out_of_memory:
+                memory.failed.append(tuple(memory.running))  # type: ignore[union-attr]
+            if (isolate_errors or out_of_memory) and width > 1:
                 middle = start + width // 2
                 spans.append((middle, stop))
                 spans.append((start, middle))
@@ -84,21 +95,25 @@ def run_batch(
     items: list[Any],
     isolate_errors: bool,
     wanted: Callable[[int], bool] | None = None,
+    memory: MemorySplits | None = None,
 ) -> list[Any]:
     """Run ``fn`` over ``items`` by :func:`execution_plan`; return the outcomes.
 
     ``wanted(i)`` tells whether item ``i`` still needs a result; a bisection step
     leaves out the items that no longer do (their caller gave up meanwhile), so an
-    expired or cancelled item is never computed again.
+    expired or cancelled item is never computed again. ``memory`` splits the spans
+    that run out of memory and records them.
     """
     reply: object
+    if memory is not None:
+        memory.running = range(len(items))
     try:
         reply = fn(items)
     except Exception as exc:  # the model's error is this span's outcome
         reply = exc
     if _complete(reply, len(items)):
         return reply  # type: ignore[return-value]
-    plan = execution_plan(len(items), isolate_errors)
+    plan = execution_plan(len(items), isolate_errors, memory)
     next(plan)
     while True:
         try:
@@ -106,6 +121,8 @@ def run_batch(
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
         keep = _still_wanted(start, stop, wanted)
+        if memory is not None:
+            memory.running = range(start, stop) if keep is None else keep
         try:
             if keep is None:
                 reply = fn(items[start:stop])
@@ -151,16 +168,19 @@ async def run_batch_async(
     items: list[Any],
     isolate_errors: bool,
     wanted: Callable[[int], bool] | None = None,
+    memory: MemorySplits | None = None,
 ) -> list[Any]:
     """Like :func:`run_batch` for a function that returns an awaitable."""
     reply: object
+    if memory is not None:
+        memory.running = range(len(items))
     try:
         reply = await fn(items)
     except Exception as exc:  # the model's error is this span's outcome
         reply = exc
     if _complete(reply, len(items)):
         return reply  # type: ignore[return-value]
-    plan = execution_plan(len(items), isolate_errors)
+    plan = execution_plan(len(items), isolate_errors, memory)
     next(plan)
     while True:
         try:
@@ -168,6 +188,8 @@ async def run_batch_async(
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
         keep = _still_wanted(start, stop, wanted)
+        if memory is not None:
+            memory.running = range(start, stop) if keep is None else keep
         try:
             if keep is None:
                 reply = await fn(items[start:stop])

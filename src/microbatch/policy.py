@@ -18,6 +18,7 @@ __all__ = [
     "FixedPolicy",
     "Policy",
     "QueueState",
+    "ShapeCostModel",
 ]
 
 # The mean gap between arrivals is averaged over about this many arrivals: enough to
@@ -50,10 +51,13 @@ class QueueState:
         running_size: While ``behind``: that batch's size in units.
         returning: Items of the last finished batch whose callers have not come
             back yet (as counted by arrivals).
+        cost: Queued cost (the sum of the queued items' ``cost_fn`` costs; 0
+            without one).
     """
 
     size: int = 0
     count: int = 0
+    cost: float = 0.0
     in_flight: int = 0
     oldest_arrival_s: float = 0.0
     newest_arrival_s: float = 0.0
@@ -71,8 +75,9 @@ class QueueState:
     _window_peak: int = 0
     _returned_from: float = 0.0  # when the batch being measured finished
 
-    def arrived(self, now: float, size: int) -> None:
-        """Count one new queued item of ``size`` units that arrived at ``now``."""
+    def arrived(self, now: float, size: int, cost: float = 0.0) -> None:
+        """Count one new queued item of ``size`` units (and ``cost``) that arrived at ``now``."""
+        self.cost += cost
         if self.arrivals:
             gap = now - self.newest_arrival_s
             mean = self.arrival_gap_s
@@ -99,15 +104,17 @@ class QueueState:
             if active > self.recent_peak:
                 self.recent_peak = active
 
-    def left(self, size: int) -> None:
+    def left(self, size: int, cost: float = 0.0) -> None:
         """Forget one queued item that will not run (cancelled or expired)."""
         self.count -= 1
         self.size -= size
+        self.cost = self.cost - cost if self.count else 0.0
 
-    def released(self, count: int, size: int) -> None:
-        """``count`` queued items of ``size`` units in all went out as a batch."""
+    def released(self, count: int, size: int, cost: float = 0.0) -> None:
+        """``count`` queued items of ``size`` units (``cost`` in all) went out as a batch."""
         self.count -= count
         self.size -= size
+        self.cost = self.cost - cost if self.count else 0.0
         self.in_flight += count
 
     def finished(self, count: int, now: float) -> None:
@@ -146,18 +153,28 @@ class FixedPolicy:
     timer starts at the first item's arrival.
     """
 
-    def __init__(self, max_batch_size: int, max_latency_s: float) -> None:
+    def __init__(
+        self, max_batch_size: int, max_latency_s: float, *, max_batch_cost: float | None = None
+    ) -> None:
         self.max_batch_size = max_batch_size
         self.max_latency_s = max_latency_s
+        self.max_batch_cost = max_batch_cost
 
     def release_at(self, state: QueueState, now: float) -> float:
-        """Now if full, else the oldest arrival plus the latency bound."""
-        if state.size >= self.max_batch_size:
+        """Now if full (in units or in cost), else the oldest arrival plus the latency bound."""
+        if _full(state, self.max_batch_size, self.max_batch_cost):
             return now
         return state.oldest_arrival_s + self.max_latency_s
 
     def batch_finished(self, size: int, duration_s: float) -> None:
         """The fixed policy learns nothing."""
+
+
+def _full(state: QueueState, max_batch_size: int, max_batch_cost: float | None) -> bool:
+    """Whether the queued items fill a batch, in units or in cost."""
+    return state.size >= max_batch_size or (
+        max_batch_cost is not None and state.cost >= max_batch_cost
+    )
 
 
 class CostModel:
@@ -241,6 +258,64 @@ class CostModel:
         self._fixed_s, self._per_unit_s = intercept, slope
 
 
+class ShapeCostModel:
+    """Batch run time as ``a + b * items + c * cost`` (the batch's shape: its items
+    and its padded or total cost), fitted online by weighted least squares with
+    forgetting, as :class:`CostModel` does for one variable.
+
+    While the batches seen do not tell items and cost apart (one of them barely
+    varies, or the two vary together), it fits ``a + c * cost`` alone; a negative
+    coefficient falls back the same way.
+    """
+
+    def __init__(self, forgetting: float = 0.95) -> None:
+        self._forgetting = forgetting
+        self._sums = [0.0] * 10  # w, x, y, d, xx, xy, yy, xd, yd, dd (x: items, y: cost)
+        self._coefficients = (0.0, 0.0, 0.0)
+        self._stale = False
+        self.samples = 0
+
+    def observe(self, items: int, cost: float, duration_s: float) -> None:
+        """Add one measured batch of ``items`` items costing ``cost``."""
+        x, y, d = float(items), float(cost), duration_s
+        k = self._forgetting
+        values = (1.0, x, y, d, x * x, x * y, y * y, x * d, y * d, d * d)
+        self._sums = [old * k + new for old, new in zip(self._sums, values, strict=True)]
+        self.samples += 1
+        self._stale = True
+
+    def predict(self, items: float, cost: float) -> float:
+        """Predicted seconds for a batch of ``items`` items costing ``cost`` (0 before
+        any sample)."""
+        if self._stale:
+            self._refit()
+        a, b, c = self._coefficients
+        return max(a + b * items + c * cost, 0.0)
+
+    def _refit(self) -> None:
+        self._stale = False
+        w, x, y, d, xx, xy, yy, xd, yd, _ = self._sums
+        if w <= 0:
+            return
+        mx, my, md = x / w, y / w, d / w
+        vxx, vxy, vyy = xx / w - mx * mx, xy / w - mx * my, yy / w - my * my
+        vxd, vyd = xd / w - mx * md, yd / w - my * md
+        det = vxx * vyy - vxy * vxy
+        if det > 1e-9 * max(vxx * vyy, 1e-300):
+            b = (vxd * vyy - vyd * vxy) / det
+            c = (vyd * vxx - vxd * vxy) / det
+            if b >= 0 and c >= 0:
+                self._coefficients = (md - b * mx - c * my, b, c)
+                return
+        if vyy > 1e-12 * max(my * my, 1e-300):
+            c = max(vyd / vyy, 0.0)
+            self._coefficients = (md - c * my, 0.0, c)
+        else:  # one shape only: its mean time, as growing in proportion to cost
+            self._coefficients = (0.0, 0.0, md / my) if my > 0 else (md, 0.0, 0.0)
+        if self._coefficients[0] < 0:
+            self._coefficients = (0.0, 0.0, d / y if y > 0 else 0.0)
+
+
 class AdaptivePolicy:
     """Release as soon as waiting longer is not worth it, within a latency bound.
 
@@ -284,14 +359,19 @@ class AdaptivePolicy:
         target_utilization: float = 0.8,
         patience_share: float = 0.25,
         handoff_share: float = 0.05,
+        max_batch_cost: float | None = None,
     ) -> None:
         self.max_batch_size = max_batch_size
+        self.max_batch_cost = max_batch_cost
         self.max_latency_s = max_latency_s
         self.slots = slots
         self.target_utilization = target_utilization
         self.patience_share = patience_share
         self.handoff_share = handoff_share
         self.cost = CostModel()
+        self.shape = ShapeCostModel()
+        self._padding = 1.0  # recent batches' cost over their items' summed cost
+        self._cost_per_item = 0.0  # recent items' mean cost
         self.reason = ""
 
     def release_at(self, state: QueueState, now: float) -> float:
@@ -302,7 +382,7 @@ class AdaptivePolicy:
         """
         at = self._by_rules(state, now)
         if at <= now and state.behind and self.reason != "full":
-            running_s = self.cost.predict(state.running_size)
+            running_s = self._predict(state, state.running_size)
             handoff = state.running_since_s + (1.0 - self.handoff_share) * running_s
             if handoff > now:
                 self.reason = "behind"
@@ -311,11 +391,10 @@ class AdaptivePolicy:
 
     def _by_rules(self, state: QueueState, now: float) -> float:
         size = state.size
-        if size >= self.max_batch_size or self.max_latency_s <= 0:
+        if _full(state, self.max_batch_size, self.max_batch_cost) or self.max_latency_s <= 0:
             self.reason = "full"
             return now
-        cost = self.cost
-        latest = state.oldest_arrival_s + self.max_latency_s - cost.predict(size + 1)
+        latest = state.oldest_arrival_s + self.max_latency_s - self._predict(state, size + 1)
         waited = state.oldest_arrival_s < state.last_finish_s  # queued through a batch
         if latest > now and (state.behind or waited):
             merge_at = self._merge_until(state, latest)
@@ -340,13 +419,13 @@ class AdaptivePolicy:
         # batch mean the load is high, and in a closed loop the arrival rate only
         # mirrors the batch sizes chosen, so it cannot tell whether they suffice.
         if state.oldest_arrival_s > state.last_finish_s:
-            load = cost.predict(size) / (size * gap) if gap > 0 else float("inf")
+            load = self._predict(state, size) / (size * gap) if gap > 0 else float("inf")
             if load <= self.target_utilization * self.slots:
                 self.reason = "keeps-up"
                 return now
         # Patience for the next arrival: bursty callers arrive in waves, so allow a
         # small share of the batch's own cost beyond twice the mean gap.
-        patience = max(2 * gap, self.patience_share * cost.predict(size + 1))
+        patience = max(2 * gap, self.patience_share * self._predict(state, size + 1))
         at = min(latest, max(state.newest_arrival_s, state.last_finish_s) + patience)
         self.reason = "paused" if at <= now else "wait"
         return at
@@ -359,8 +438,8 @@ class AdaptivePolicy:
         both = state.size + coming
         if turnaround is None or not coming or both > self.max_batch_size:
             return float("-inf")
-        cost = self.cost
-        saved = cost.predict(state.size) + cost.predict(coming) - cost.predict(both)
+        predict = self._predict
+        saved = predict(state, state.size) + predict(state, coming) - predict(state, both)
         if turnaround >= saved:
             return float("-inf")
         # Waiting pays until it has cost as much as it saves; the callers coming
@@ -370,3 +449,23 @@ class AdaptivePolicy:
     def batch_finished(self, size: int, duration_s: float) -> None:
         """Feed the cost model."""
         self.cost.observe(size, duration_s)
+
+    def batch_cost_finished(self, items: int, cost: float, total: float, duration_s: float) -> None:
+        """Learn from a batch's shape: ``items`` items whose costs sum to ``total``,
+        counted as ``cost`` (padded or summed), ran in ``duration_s``. From then on
+        run times are predicted from the shape of the queued items."""
+        if items <= 0 or total <= 0:
+            return
+        self.shape.observe(items, cost, duration_s)
+        weight = 1.0 if self.shape.samples == 1 else 0.1
+        self._padding += weight * (cost / total - self._padding)
+        self._cost_per_item += weight * (total / items - self._cost_per_item)
+
+    def _predict(self, state: QueueState, units: int) -> float:
+        """Predicted run time of a batch of ``units`` of the queued items: from its
+        shape once batches' costs are known, else from its units."""
+        if self.shape.samples < 2 or units <= 0:
+            return self.cost.predict(units)
+        items = units * state.count / state.size if state.size else float(units)
+        per_item = state.cost / state.count if state.count and state.cost else self._cost_per_item
+        return self.shape.predict(items, items * per_item * self._padding)

@@ -12,6 +12,7 @@ from typing import Protocol
 from .policy import QueueState
 
 __all__ = [
+    "BATCH_COST_BUCKETS",
     "CHUNKS_BUCKETS",
     "QUEUE_WAIT_BUCKETS_S",
     "STREAM_TIME_BUCKETS_S",
@@ -27,6 +28,9 @@ QUEUE_WAIT_BUCKETS_S = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
 )  # fmt: skip
 """Upper bounds (seconds) of the queue-wait histogram."""
+
+BATCH_COST_BUCKETS = tuple(float(4**power) for power in range(1, 12))
+"""Upper bounds of the batch-cost histogram (4 to about 4 million cost units)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +55,14 @@ class BatcherStats:
         cancelled: Items whose caller stopped waiting.
         rejected: Items refused because the queue was full.
         failed: Items answered with an error by the batch function.
+        batch_cost_sum: With ``cost_fn``: the cost of every batch released, as
+            counted (padded or summed).
+        useful_cost_sum: With ``cost_fn``: the summed cost of their items.
+        batch_cost_counts: With ``cost_fn``: batches per bucket of their cost, one
+            count per bound of ``BATCH_COST_BUCKETS``, then the count above the last.
+        oom_splits: Batches (or parts of one) split because they ran out of memory.
+        cost_ceiling: The batch-cost ceiling learned from out-of-memory errors (in
+            cost units, or batch units without ``cost_fn``), or None.
     """
 
     queued: int
@@ -68,6 +80,18 @@ class BatcherStats:
     cancelled: int
     rejected: int
     failed: int
+    batch_cost_sum: float = 0.0
+    useful_cost_sum: float = 0.0
+    batch_cost_counts: tuple[int, ...] = ()
+    oom_splits: int = 0
+    cost_ceiling: float | None = None
+
+    @property
+    def padding_efficiency(self) -> float:
+        """Useful cost over batch cost (1.0 when nothing was padded, or no cost known)."""
+        if self.batch_cost_sum <= 0:
+            return 1.0
+        return self.useful_cost_sum / self.batch_cost_sum
 
     def __reduce__(self) -> tuple[object, tuple[object, ...]]:
         """Pickle ``batch_sizes`` (read-only, which pickle cannot copy) as a dict."""
@@ -97,6 +121,17 @@ class StatsRecorder:
         self._waits: deque[float] = deque(maxlen=wait_samples)
         self._wait_counts = [0] * (len(QUEUE_WAIT_BUCKETS_S) + 1)
         self._wait_sum_s = 0.0
+        self.batch_cost_sum = 0.0
+        self.useful_cost_sum = 0.0
+        self._cost_counts = [0] * (len(BATCH_COST_BUCKETS) + 1)
+        self.oom_splits = 0
+        self.cost_ceiling: float | None = None
+
+    def costed(self, cost: float, useful: float) -> None:
+        """The batch just released costs ``cost`` as counted, ``useful`` summed."""
+        self.batch_cost_sum += cost
+        self.useful_cost_sum += useful
+        self._cost_counts[bisect_left(BATCH_COST_BUCKETS, cost)] += 1
 
     def released(self, units: int, waits_s: list[float]) -> None:
         """One batch of ``units`` went out; ``waits_s`` holds each item's queue wait."""
@@ -129,6 +164,11 @@ class StatsRecorder:
             cancelled=self.cancelled,
             rejected=self.rejected,
             failed=self.failed,
+            batch_cost_sum=self.batch_cost_sum,
+            useful_cost_sum=self.useful_cost_sum,
+            batch_cost_counts=tuple(self._cost_counts) if self.batch_cost_sum else (),
+            oom_splits=self.oom_splits,
+            cost_ceiling=self.cost_ceiling,
         )
 
 

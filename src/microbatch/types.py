@@ -212,12 +212,15 @@ class BatchDone:
             or None if it never ran (every item was left out, or the worker died first).
         finished_s: When the model finished it, or None if it never ran.
         units: The units the model really computed (items left out do not count).
+        out_of_memory: The parts of the batch that ran out of memory and were split,
+            each as the positions of its items in the batch.
     """
 
     outcomes: list[Any]
     started_s: float | None = None
     finished_s: float | None = None
     units: int = 0
+    out_of_memory: tuple[tuple[int, ...], ...] = ()
 
 
 class BatchRunner(Protocol):

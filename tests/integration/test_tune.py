@@ -42,7 +42,9 @@ def test_tune_prints_json_advice_per_stage_and_draws_the_plot(tmp_path: Path) ->
         assert stage["expected"]["worst_latency_ms"] == pytest.approx(
             2 * stage["expected"]["batch_ms"]
         )
-    assert report["bottleneck"] in ("Vectorize", "Project")
+    # A tiny model outruns the serving path: the estimate is capped by it.
+    assert report["bottleneck"] in ("Vectorize", "Project", "serving path")
+    assert 0 < report["items_per_s"] <= report["serving_items_per_s"]
     assert sum(s["recommended"]["max_latency_ms"] for s in report["stages"]) == pytest.approx(
         1000, abs=0.01
     )

@@ -109,7 +109,25 @@ def test_json_has_every_stage_and_its_measurements() -> None:
     assert [s["name"] for s in data["stages"]] == ["a", "b"]
     first = data["stages"][0]
     assert [m["batch_size"] for m in first["measurements"]] == SIZES
-    assert set(first["recommended"]) == {"max_batch_size", "max_latency_ms"}
+    assert set(first["recommended"]) == {"max_batch_size", "max_batch_cost", "max_latency_ms"}
+    assert first["recommended"]["max_batch_cost"] is None  # no cost_fn
+
+
+def test_a_stage_with_a_cost_fn_is_advised_a_cost_budget() -> None:
+    measured = curve(0.001, 0.0001)
+    costed = StageCurve(measured.name, 1, measured.points, cost_per_item=40.0)
+    stage = recommend([costed], p99_ms=100).stages[0]
+    assert stage.max_batch_cost == stage.max_batch_size * 40.0
+    assert "max_batch_cost=" in to_text(recommend([costed], p99_ms=100))
+
+
+def test_the_serving_path_caps_the_throughput_estimate() -> None:
+    fast_model = [curve(0.0001, 0.000001)]
+    alone = recommend(fast_model, p99_ms=100)
+    served = recommend(fast_model, p99_ms=100, serving_items_per_s=7_700.0)
+    assert alone.items_per_s > 7_700.0
+    assert served.items_per_s == 7_700.0 and served.bottleneck == "serving path"
+    assert "serving path" in to_text(served)
 
 
 @pytest.mark.parametrize(

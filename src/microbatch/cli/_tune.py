@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 
 from ..tune.advice import recommend
-from ..tune.measure import TuneError, load_service, measure_service
+from ..tune.measure import TuneError, load_service, measure_service, measure_serving
 from ..tune.report import PlotUnavailable, plot, to_json, to_text
 from ._options import Parsed
 
@@ -30,10 +31,12 @@ def run(args: Parsed) -> int:
             warmup=args.warmup,
             progress=lambda line: print(line, file=sys.stderr, flush=True),
         )
+        print("serving path: timing the HTTP app over an instant model", file=sys.stderr)
+        serving = asyncio.run(measure_serving(service))
     except TuneError as exc:
         print(f"tune: {exc}", file=sys.stderr)
         return 1
-    advice = recommend(curves, args.p99_ms, gain=args.gain)
+    advice = recommend(curves, args.p99_ms, gain=args.gain, serving_items_per_s=serving)
     if args.json:
         print(json.dumps(to_json(advice, args.target), indent=2))
     else:

@@ -20,7 +20,13 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from ..stats import CHUNKS_BUCKETS, QUEUE_WAIT_BUCKETS_S, STREAM_TIME_BUCKETS_S, ServiceStats
+from ..stats import (
+    BATCH_COST_BUCKETS,
+    CHUNKS_BUCKETS,
+    QUEUE_WAIT_BUCKETS_S,
+    STREAM_TIME_BUCKETS_S,
+    ServiceStats,
+)
 
 __all__ = [
     "BATCH_SIZE_BUCKETS",
@@ -103,6 +109,7 @@ class ServiceCollector(Collector):
             sizes.add_metric(name, buckets, sum_value=total)
         yield from (queued, running, alive, restarts, batches, dropped, wait, sizes)
         yield from _stream_families(stats)
+        yield from _composition(stats)
 
 
 def _stream_families(stats: ServiceStats) -> Iterator[Metric]:
@@ -171,6 +178,41 @@ def _stream_families(stats: ServiceStats) -> Iterator[Metric]:
             sum_value=counts.chunks_counts_sum,
         )
     yield from (active, waiting, steps, step_time, chunks, ended, first, between, lengths)
+
+
+def _composition(stats: ServiceStats) -> Iterator[Metric]:
+    """Batch composition: padding efficiency and batch cost (stages with ``cost_fn``),
+    out-of-memory splits and the learned cost ceiling (every stage)."""
+    label = ["stage"]
+    efficiency = GaugeMetricFamily(
+        "microbatch_padding_efficiency",
+        "Useful cost over padded batch cost of the batches released (1: no padding)",
+        labels=label,
+    )
+    cost = HistogramMetricFamily(
+        "microbatch_batch_cost", "Batch cost (cost_fn units, as counted)", labels=label
+    )
+    splits = CounterMetricFamily(
+        "microbatch_oom_splits", "Batches split because they ran out of memory", labels=label
+    )
+    ceiling = GaugeMetricFamily(
+        "microbatch_batch_cost_ceiling",
+        "Batch cost ceiling learned from out-of-memory errors",
+        labels=label,
+    )
+    for stage in stats.stages:
+        name, counts = [stage.name], stage.batching
+        if counts.batch_cost_counts:
+            efficiency.add_metric(name, counts.padding_efficiency)
+            cost.add_metric(
+                name,
+                _cumulative_counts(BATCH_COST_BUCKETS, counts.batch_cost_counts),
+                sum_value=counts.batch_cost_sum,
+            )
+        splits.add_metric(name, counts.oom_splits)
+        if counts.cost_ceiling is not None:
+            ceiling.add_metric(name, counts.cost_ceiling)
+    yield from (efficiency, cost, splits, ceiling)
 
 
 def _cumulative(batch_sizes: Mapping[int, int]) -> tuple[list[tuple[str, float]], float]:

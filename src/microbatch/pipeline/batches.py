@@ -85,7 +85,11 @@ def finished(batch: Batch, ran: Ran, rows: RowFormat | None) -> BatchDone:
         outcomes = [batch.early.get(index) for index in range(count)]
         for index, outcome in zip(batch.sent, ran.outcomes, strict=True):
             outcomes[index] = outcome
-    return BatchDone(outcomes, ran.started_s, ran.finished_s, computed_units(job, ran, rows))
+    spans = ran.out_of_memory
+    if spans and len(batch.sent) != count:  # positions in the message, not in the batch
+        spans = tuple(tuple(batch.sent[i] for i in span) for span in spans)
+    units = computed_units(job, ran, rows)
+    return BatchDone(outcomes, ran.started_s, ran.finished_s, units, spans)
 
 
 def decoded(batch: Batch, times: tuple[float, float], decode: Callable[[], Any]) -> Ran:

@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import DeadlineExceeded, ItemError, MicrobatchError, RemoteError, ResultLengthError
 from ..execution import UNWANTED, run_batch
 from ..merge import RowFormat, merged
+from ..oom import MemorySplits
 from ..types import BatchJob
 
 __all__ = ["LeftOut", "Ran", "computed_units", "left_out", "portable", "run_job"]
@@ -37,6 +38,8 @@ class Ran:
         finished_s: When the model finished; None if it never started.
         computed: Items the model ran (the others were left out).
         rows: Rows the model ran (with a row format; else 0).
+        out_of_memory: The parts of the batch that ran out of memory and were split,
+            each as the positions of its items.
     """
 
     outcomes: list[Any]
@@ -44,6 +47,7 @@ class Ran:
     finished_s: float | None
     computed: int
     rows: int = 0
+    out_of_memory: tuple[tuple[int, ...], ...] = ()
 
 
 def left_out(deadline: float | None, now: float) -> MicrobatchError:
@@ -62,6 +66,7 @@ def run_job(
     rows: RowFormat | None,
     clock: Callable[[], float],
     on_start: Callable[[float], None] | None = None,
+    memory: MemorySplits | None = None,
 ) -> Ran:
     """Run ``items`` through ``predict`` once (bisecting failures when
     ``isolate_errors``), leaving out the items that expired or are no longer
@@ -73,6 +78,7 @@ def run_job(
 
     Args:
         on_start: Called with the start time just before the model starts.
+        memory: Split the parts that run out of memory (and report them).
     """
     count = len(items)
     now = clock()
@@ -92,7 +98,7 @@ def run_job(
     started = clock()
     if on_start is not None:
         on_start(started)
-    results = run_batch(fn, kept, isolate_errors, checked)
+    results = run_batch(fn, kept, isolate_errors, checked, memory)
     finished = clock()
     computed = 0
     row_count = 0
@@ -104,7 +110,10 @@ def run_job(
         computed += 1
         if rows is not None:
             row_count += rows.count(items[index])
-    return Ran(outcomes, started, finished, computed, row_count)
+    spans: tuple[tuple[int, ...], ...] = ()
+    if memory is not None and memory.failed:
+        spans = tuple(tuple(keep[i] for i in call) for call in memory.failed)
+    return Ran(outcomes, started, finished, computed, row_count, spans)
 
 
 def computed_units(job: BatchJob, ran: Ran, rows: RowFormat | None) -> int:

@@ -101,6 +101,7 @@ def spawn(
         stage.cpus_for(index),
         () if arena is None else arena.names,
         stage.config.row_format(),
+        stage.config.oom_errors if stage.config.split_on_oom else None,
     )
     process = _SPAWN.Process(
         target=worker_main,

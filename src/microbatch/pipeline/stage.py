@@ -33,8 +33,10 @@ class Stage:
             :class:`~microbatch.config.BatchConfig` (``max_concurrent_batches`` is
             set to ``workers``: one batch per worker).
         max_batch_size, max_latency_ms, policy, max_queue, timeout_s, size_fn, rows,
-            isolate_errors: Each :class:`~microbatch.config.BatchConfig` setting, as a
-            keyword (``Stage(Model, max_queue=16)``), validated as BatchConfig does. A
+            isolate_errors, cost_fn, max_batch_cost, batch_cost, group_by_cost,
+            group_window, max_wait_ms, split_on_oom, oom_errors: Each
+            :class:`~microbatch.config.BatchConfig` setting, as a keyword
+            (``Stage(Model, max_queue=16)``), validated as BatchConfig does. A
             keyword given wins over the same setting in ``batching``; None (the
             default) leaves ``batching``'s value.
         max_concurrent_batches: Only ``workers`` (or None): a stage runs one batch
@@ -63,6 +65,14 @@ class Stage:
     size_fn: Callable[[Any], int] | None = None
     rows: Literal["list", "numpy"] | RowFormat | None = None
     isolate_errors: bool | None = None
+    cost_fn: Callable[[Any], float] | None = None
+    max_batch_cost: float | None = None
+    batch_cost: Literal["padded", "sum"] | None = None
+    group_by_cost: bool | None = None
+    group_window: int | None = None
+    max_wait_ms: float | None = None
+    split_on_oom: bool | None = None
+    oom_errors: tuple[type[BaseException], ...] | None = None
     name: str = ""
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
@@ -122,6 +132,14 @@ _SETTINGS = (
     "size_fn",
     "rows",
     "isolate_errors",
+    "cost_fn",
+    "max_batch_cost",
+    "batch_cost",
+    "group_by_cost",
+    "group_window",
+    "max_wait_ms",
+    "split_on_oom",
+    "oom_errors",
 )
 """The BatchConfig settings a Stage takes as keywords (max_concurrent_batches is
 its workers)."""

@@ -15,6 +15,7 @@ from time import monotonic
 from typing import Any
 
 from ..errors import BatcherClosed, StageFailed
+from ..oom import MemorySplits
 from ..types import BatchDone, BatchJob
 from .failures import user_frames
 from .jobs import Ran, computed_units, run_job
@@ -121,7 +122,11 @@ class ThreadPool:
         finally:
             self._idle.put_nowait(index)
         return BatchDone(
-            ran.outcomes, ran.started_s, ran.finished_s, computed_units(job, ran, self._rows)
+            ran.outcomes,
+            ran.started_s,
+            ran.finished_s,
+            computed_units(job, ran, self._rows),
+            ran.out_of_memory,
         )
 
     async def close(self) -> None:
@@ -166,11 +171,17 @@ class ThreadPool:
             self._rows,
             monotonic,
             started,
+            memory=_memory_splits(self.stage),
         )
         try:
             return await asyncio.get_running_loop().run_in_executor(self._executor, call)
         finally:
             self._since[index] = None
+
+
+def _memory_splits(stage: Stage) -> MemorySplits | None:
+    config = stage.config
+    return MemorySplits(config.oom_errors) if config.split_on_oom else None
 
 
 def _always(index: int) -> bool:

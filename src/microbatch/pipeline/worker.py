@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import RemoteError
 from ..merge import RowFormat
+from ..oom import MemorySplits
 from .arena import Arena
 from .jobs import portable, run_job
 from .model import Model, WorkerContext
@@ -75,6 +76,7 @@ class WorkerSpec:
     cpus: Sequence[int] | None = None
     arena: tuple[str, ...] = ()  # the names of the worker's shared-memory files (none: pipe only)
     rows: RowFormat | None = None  # items are callers' parts of rows, merged for the model
+    oom_errors: tuple[type[BaseException], ...] | None = None  # split on OOM (None: never)
 
 
 def worker_main(incoming: Connection, outgoing: Connection, pickled_spec: bytes) -> None:
@@ -122,6 +124,7 @@ def worker_main(incoming: Connection, outgoing: Connection, pickled_spec: bytes)
             spec.isolate_errors,
             spec.rows,
             time.monotonic,
+            memory=None if spec.oom_errors is None else MemorySplits(spec.oom_errors),
         )
         done = time.monotonic() if ran.finished_s is None else ran.finished_s
         times = (math.nan if ran.started_s is None else ran.started_s, done)

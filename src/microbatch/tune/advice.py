@@ -6,6 +6,11 @@ the batch ahead of it and then run in its own, so a cap of ``n`` items bounds it
 time in the stage by about ``2 * t(n)``; under light load it is about ``t(1)``. The
 advice raises each stage's cap, bottleneck first, while the pipeline's full-load
 bound stays within the latency target and the larger batch still adds throughput.
+
+A stage with a ``cost_fn`` is also advised a ``max_batch_cost``: the cost of its
+advised batch of the examples. The pipeline's throughput is capped by the serving
+path (decoding, queueing, encoding a request) when it was measured: timing the
+model alone overstates what a server answers.
 """
 
 from __future__ import annotations
@@ -35,12 +40,15 @@ class StageCurve:
         workers: Its worker count (throughput is taken as ``workers`` times one's).
         points: Batch times by increasing batch size (at least one).
         memory_limit: The first batch size that ran out of memory, if one did.
+        cost_per_item: With a ``cost_fn``: an example's cost as a batch counts it
+            (the largest for padded batches, the mean for summed ones), else None.
     """
 
     name: str
     workers: int
     points: tuple[Measurement, ...]
     memory_limit: int | None = None
+    cost_per_item: float | None = None
 
     def __post_init__(self) -> None:
         if not self.points:
@@ -72,6 +80,8 @@ class StageAdvice:
         knee: The batch size past which throughput grows by less than ``gain``.
         fixed_ms: Cost model fitted to the points: time per batch, ``a``.
         per_item_ms: Cost model fitted to the points: time per item, ``b``.
+        max_batch_cost: With a ``cost_fn``: the advised cost budget, the cost of
+            ``max_batch_size`` examples; else None.
     """
 
     curve: StageCurve
@@ -83,6 +93,7 @@ class StageAdvice:
     knee: int
     fixed_ms: float
     per_item_ms: float
+    max_batch_cost: float | None = None
 
 
 @dataclass(frozen=True)
@@ -93,11 +104,14 @@ class Advice:
         p99_ms: The latency target it was made for.
         gain: The least relative throughput gain that is worth a larger batch.
         stages: One per stage, in order.
-        items_per_s: The pipeline's throughput: its slowest stage's.
-        bottleneck: The name of that stage.
+        items_per_s: The pipeline's throughput: its slowest stage's, or the
+            serving path's when that is slower.
+        bottleneck: The name of that stage (``"serving path"`` for the serving path).
         light_latency_ms: Time through the pipeline alone (batches of one).
         worst_latency_ms: Time through the pipeline under full load.
         feasible: Whether even batches of one meet the target.
+        serving_items_per_s: Requests per second the serving path alone handles
+            (None: not measured).
     """
 
     p99_ms: float
@@ -108,6 +122,7 @@ class Advice:
     light_latency_ms: float
     worst_latency_ms: float
     feasible: bool
+    serving_items_per_s: float | None = None
 
 
 def knee(curve: StageCurve, gain: float = 0.05) -> int:
@@ -124,7 +139,12 @@ def knee(curve: StageCurve, gain: float = 0.05) -> int:
     raise AssertionError("unreachable: the last point always qualifies")
 
 
-def recommend(curves: Sequence[StageCurve], p99_ms: float, gain: float = 0.05) -> Advice:
+def recommend(
+    curves: Sequence[StageCurve],
+    p99_ms: float,
+    gain: float = 0.05,
+    serving_items_per_s: float | None = None,
+) -> Advice:
     """Advise ``max_batch_size`` and ``max_latency_ms`` for each stage.
 
     Every stage starts at its smallest measured batch. Repeatedly, among the stages
@@ -137,6 +157,8 @@ def recommend(curves: Sequence[StageCurve], p99_ms: float, gain: float = 0.05) -
         curves: The measured stages, in pipeline order.
         p99_ms: The latency target for the whole pipeline, in milliseconds.
         gain: Least relative throughput gain worth a larger batch (0.05 = 5%).
+        serving_items_per_s: What the serving path alone handles; it caps the
+            pipeline's throughput.
 
     Raises:
         ValueError: No stage, or a target or gain that is not positive.
@@ -175,15 +197,19 @@ def recommend(curves: Sequence[StageCurve], p99_ms: float, gain: float = 0.05) -
         for k, (curve, index) in enumerate(zip(curves, chosen, strict=True))
     )
     slowest = min(stages, key=lambda s: s.items_per_s)
+    items_per_s, bottleneck = slowest.items_per_s, slowest.curve.name
+    if serving_items_per_s is not None and serving_items_per_s < items_per_s:
+        items_per_s, bottleneck = serving_items_per_s, "serving path"
     return Advice(
         p99_ms=p99_ms,
         gain=gain,
         stages=stages,
-        items_per_s=slowest.items_per_s,
-        bottleneck=slowest.curve.name,
+        items_per_s=items_per_s,
+        bottleneck=bottleneck,
         light_latency_ms=sum(1000.0 * c.points[0].seconds for c in curves),
         worst_latency_ms=1000.0 * total_s,
         feasible=feasible,
+        serving_items_per_s=serving_items_per_s,
     )
 
 
@@ -203,4 +229,7 @@ def _stage_advice(
         knee=knee_size,
         fixed_ms=1000.0 * cost.fixed_s,
         per_item_ms=1000.0 * cost.per_unit_s,
+        max_batch_cost=None
+        if curve.cost_per_item is None
+        else point.batch_size * curve.cost_per_item,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import os
@@ -14,7 +15,14 @@ from ..loading import load_target
 from ..pipeline import Model, Service, Stage, WorkerContext
 from .advice import Measurement, StageCurve
 
-__all__ = ["TuneError", "batch_sizes", "load_service", "measure_model", "measure_service"]
+__all__ = [
+    "TuneError",
+    "batch_sizes",
+    "load_service",
+    "measure_model",
+    "measure_service",
+    "measure_serving",
+]
 
 Timer = Callable[[], float]
 
@@ -120,11 +128,91 @@ def measure_service(
             )
         if not points:
             raise TuneError(f"stage {stage.name!r} ran out of memory on a batch of one")
-        curves.append(StageCurve(stage.name, stage.workers, tuple(points), memory_limit))
+        curve = StageCurve(
+            stage.name, stage.workers, tuple(points), memory_limit, _cost_per_item(stage, items)
+        )
+        curves.append(curve)
         del model
         gc.collect()
         items = outputs
     return curves
+
+
+def _cost_per_item(stage: Stage, items: list[Any]) -> float | None:
+    """An example's cost as the stage's batches count it: the largest for padded
+    batches, the mean for summed ones; None without a ``cost_fn``."""
+    config = stage.config
+    if config.cost_fn is None:
+        return None
+    costs = [float(config.cost_fn(item)) for item in items]
+    return max(costs) if config.batch_cost == "padded" else statistics.fmean(costs)
+
+
+async def measure_serving(
+    service: Service[Any, Any], *, requests: int = 2000, concurrency: int = 64
+) -> float:
+    """Requests per second the serving path alone handles: the HTTP app (read,
+    decode, queue, batch, encode) over a model that answers at once, driven
+    in-process through ASGI with the service's examples as JSON bodies. The
+    connection layer (sockets, HTTP parsing) is not included.
+
+    Raises:
+        TuneError: An example was not answered 200.
+    """
+    import msgspec
+
+    from ..decorator import batch
+    from ..http import app as http_app
+
+    @batch(max_batch_size=64, max_latency_ms=1)
+    def echo(items: list[Any]) -> list[Any]:
+        return items
+
+    asgi = http_app(echo)
+    failed: list[int] = []
+    bodies = [msgspec.json.encode(example) for example in service.examples]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "path": "/predict",
+        "raw_path": b"/predict",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json")],
+    }
+
+    async def one(index: int) -> None:
+        body = bodies[index % len(bodies)]
+        sent = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal sent
+            if sent:
+                await asyncio.Event().wait()  # the client stays connected
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: Any) -> None:
+            if message["type"] == "http.response.start" and message["status"] != 200:
+                failed.append(message["status"])
+
+        await asgi(scope, receive, send)
+
+    async def worker(start: int) -> None:
+        for index in range(start, requests, concurrency):
+            await one(index)
+
+    await echo.start()
+    try:
+        began = time.perf_counter()
+        await asyncio.gather(*(worker(i) for i in range(concurrency)))
+        elapsed = time.perf_counter() - began
+    finally:
+        await echo.close()
+    if failed:
+        raise TuneError(f"the serving path answered {failed[0]} to an example")
+    return requests / elapsed
 
 
 def _build(stage: Stage) -> Model:

@@ -22,6 +22,11 @@ def to_text(advice: Advice, target: str = "") -> str:
         f"latency ~{advice.light_latency_ms:.1f} ms alone, "
         f"up to ~{advice.worst_latency_ms:.1f} ms under full load",
     ]
+    if advice.serving_items_per_s is not None:
+        lines.append(
+            f"serving path (HTTP app over an instant model, in-process, no sockets): "
+            f"~{advice.serving_items_per_s:,.0f} requests/s"
+        )
     if not advice.feasible:
         lines.append(
             f"warning: the target cannot be met: batches of one already take "
@@ -52,8 +57,9 @@ def _stage_lines(stage: StageAdvice, gain: float) -> list[str]:
         lines.append(f"  throughput still grows at batch {stage.knee}, the largest measured")
     if curve.memory_limit is not None:
         lines.append(f"  ran out of memory at batch {curve.memory_limit}")
+    cost = "" if stage.max_batch_cost is None else f"max_batch_cost={stage.max_batch_cost:g}, "
     lines.append(
-        f"  advised: BatchConfig(max_batch_size={stage.max_batch_size}, "
+        f"  advised: BatchConfig(max_batch_size={stage.max_batch_size}, {cost}"
         f"max_latency_ms={stage.max_latency_ms:.1f}) -> ~{stage.items_per_s:,.0f} items/s, "
         f"batches of {stage.batch_ms:.1f} ms, up to ~{stage.worst_latency_ms:.1f} ms "
         f"in the stage under full load"
@@ -68,6 +74,7 @@ def to_json(advice: Advice, target: str = "") -> dict[str, Any]:
         "p99_ms": advice.p99_ms,
         "gain": advice.gain,
         "feasible": advice.feasible,
+        "serving_items_per_s": advice.serving_items_per_s,
         "items_per_s": advice.items_per_s,
         "bottleneck": advice.bottleneck,
         "light_latency_ms": advice.light_latency_ms,
@@ -89,6 +96,7 @@ def to_json(advice: Advice, target: str = "") -> dict[str, Any]:
                 "cost_model": {"fixed_ms": s.fixed_ms, "per_item_ms": s.per_item_ms},
                 "recommended": {
                     "max_batch_size": s.max_batch_size,
+                    "max_batch_cost": s.max_batch_cost,
                     "max_latency_ms": round(s.max_latency_ms, 3),
                 },
                 "expected": {
