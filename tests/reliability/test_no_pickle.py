@@ -29,6 +29,7 @@ PICKLE_ALLOWED = {  # our own processes' pipes, and the spec a worker is spawned
     "serve/relay.py",  # serve --workers: HTTP processes and their hub, on socketpairs
     "pipeline/transport.py",
     "pipeline/worker.py",
+    "pipeline/step_worker.py",  # a step-wise worker's job/result pipe pair
     "pipeline/processes.py",
     "pipeline/stage.py",
 }
