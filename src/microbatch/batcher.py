@@ -150,6 +150,7 @@ class Batcher(Generic[T, R]):
         self._all_done: asyncio.Event | None = None  # made by close() to wait on
         self._timer: Timer | None = None
         self._timer_at = 0.0
+        self._dispatch_soon = False  # a dispatch for this round's arrivals is scheduled
         self._deadlines: DeadlineWatch[_Entry] = DeadlineWatch(self._clock, self._expire)
         self._loop_ref: weakref.ref[asyncio.AbstractEventLoop] | None = None
         self._max_queue = self.config.max_queue
@@ -293,8 +294,19 @@ class Batcher(Generic[T, R]):
             self._deadlines.watch(entry, deadline)  # one timer for every item's deadline
         self._queue.add(entry, now)
         if self._may_release():
-            self._dispatch()
+            if not self._handed or self._state.size >= self.config.max_batch_size:
+                self._dispatch()
+            elif not self._dispatch_soon:
+                # A batch is running: ask the policy once the loop has taken every
+                # request that came in with this one (the same round of I/O), not once
+                # per arrival, so the next batch holds the whole round.
+                self._dispatch_soon = True
+                loop.call_soon(self._dispatch_arrivals)
         return entry
+
+    def _dispatch_arrivals(self) -> None:
+        self._dispatch_soon = False
+        self._dispatch()
 
     async def _submit_parts(self, parts: list[Part], deadline: float | None) -> Any:
         loop = self._bind()

@@ -433,3 +433,24 @@ async def test_submit_nowait_refuses_at_once(clock: FakeClock) -> None:
     with pytest.raises(TypeError):
         sized.submit_nowait(0)
     await batcher.close()
+
+
+async def test_items_arriving_together_behind_a_running_batch_form_one_batch(
+    clock: FakeClock,
+) -> None:
+    model = Model(clock, cost_s=0.010)
+    # run_ahead: a batch may be handed over to wait behind the running one
+    batcher = Batcher(model, clock=clock, max_batch_size=8, max_latency_ms=0, run_ahead=True)
+    first = asyncio.create_task(batcher.submit(0))
+    await settle()
+    assert model.batches == [[0]]  # the slot was idle: it went at once
+    # Three callers in the same round of the loop, while the first batch runs: the
+    # policy is asked once for them all (not once per arrival), so they go together.
+    later = [asyncio.create_task(batcher.submit(i)) for i in (1, 2, 3)]
+    await settle()
+    clock.advance(0.010)
+    await settle()
+    clock.advance(0.010)
+    await settle()
+    assert model.batches == [[0], [1, 2, 3]]
+    assert (await first, [await c for c in later]) == (0, [10, 20, 30])
