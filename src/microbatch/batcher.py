@@ -150,6 +150,7 @@ class Batcher(Generic[T, R]):
         self._all_done: asyncio.Event | None = None  # made by close() to wait on
         self._timer: Timer | None = None
         self._timer_at = 0.0
+        self._dispatch_soon = False  # a dispatch for this round's arrivals is scheduled
         self._deadlines: DeadlineWatch[_Entry] = DeadlineWatch(self._clock, self._expire)
         self._loop_ref: weakref.ref[asyncio.AbstractEventLoop] | None = None
         self._max_queue = self.config.max_queue
@@ -179,12 +180,9 @@ class Batcher(Generic[T, R]):
             Exception: Whatever the batch function raised or returned for this item.
         """
         intake = self._intake
-        if intake.plain and timeout_s is None and deadline is None:
-            # The hot path: nothing to work out, little to check.
-            loop = self._bind()
-            if intake.closing or self._state.count >= self._max_queue:
-                intake.admit(1, None)  # raises BatcherClosed or Overloaded
-            entry = self._enqueue(loop, item, 1, None)
+        if intake.plain and timeout_s is None:
+            # The hot path: one item whose deadline (if any) the caller worked out.
+            entry = self._enqueue_plain(item, deadline)
         else:
             due = intake.deadline(timeout_s, deadline)  # the one place it is worked out
             parts = intake.parts(item)
@@ -199,6 +197,32 @@ class Batcher(Generic[T, R]):
         except asyncio.CancelledError:
             self._abandon(entry)
             raise
+
+    @property
+    def accepts_nowait(self) -> bool:
+        """Whether :meth:`submit_nowait` may be called: items are one unit each (no
+        rows, ``size_fn`` or ``cost_fn``) and have no default timeout."""
+        return self._intake.plain
+
+    def submit_nowait(self, item: T, *, deadline: float | None = None) -> asyncio.Future[R]:
+        """:meth:`submit` without a coroutine, for a caller on the event loop that
+        would otherwise make a task per item: queue the item now and return the
+        future of its result. Cancelling the future withdraws the item.
+
+        Raises:
+            TypeError: The batcher does not accept it (see :attr:`accepts_nowait`).
+            Overloaded, DeadlineExceeded, BatcherClosed: As :meth:`submit` (nothing
+                was queued).
+        """
+        if not self._intake.plain:
+            raise TypeError("submit_nowait() needs items without rows, size_fn, cost_fn or timeout")
+        entry = self._enqueue_plain(item, deadline)
+        entry.future.add_done_callback(partial(self._settled, entry))
+        return entry.future
+
+    def _settled(self, entry: _Entry, future: asyncio.Future[Any]) -> None:
+        if future.cancelled():
+            self._abandon(entry)
 
     def stats(self) -> BatcherStats:
         """A snapshot of the counters (see :class:`~microbatch.stats.BatcherStats`)."""
@@ -239,6 +263,18 @@ class Batcher(Generic[T, R]):
 
     # -- intake ------------------------------------------------------------------
 
+    def _enqueue_plain(self, item: Any, deadline: float | None) -> _Entry:
+        """Admit and queue one item of one unit (a plain intake)."""
+        loop = self._bind()
+        now = self._now()
+        if (
+            self._intake.closing
+            or self._state.count >= self._max_queue
+            or (deadline is not None and deadline <= now)
+        ):
+            self._intake.admit(1, deadline)  # raises BatcherClosed, Overloaded or expired
+        return self._enqueue(loop, item, 1, deadline, now=now)
+
     def _enqueue(
         self,
         loop: asyncio.AbstractEventLoop,
@@ -246,9 +282,11 @@ class Batcher(Generic[T, R]):
         size: int,
         deadline: float | None,
         part: Part | None = None,
+        now: float | None = None,
     ) -> _Entry:
         """Queue one admitted part (``part`` gives its cost, when one was measured)."""
-        now = self._now()
+        if now is None:
+            now = self._now()
         entry = _Entry(item, size, now, loop.create_future(), deadline)
         if part is not None:
             part.measure(entry)
@@ -256,8 +294,19 @@ class Batcher(Generic[T, R]):
             self._deadlines.watch(entry, deadline)  # one timer for every item's deadline
         self._queue.add(entry, now)
         if self._may_release():
-            self._dispatch()
+            if not self._handed or self._state.size >= self.config.max_batch_size:
+                self._dispatch()
+            elif not self._dispatch_soon:
+                # A batch is running: ask the policy once the loop has taken every
+                # request that came in with this one (the same round of I/O), not once
+                # per arrival, so the next batch holds the whole round.
+                self._dispatch_soon = True
+                loop.call_soon(self._dispatch_arrivals)
         return entry
+
+    def _dispatch_arrivals(self) -> None:
+        self._dispatch_soon = False
+        self._dispatch()
 
     async def _submit_parts(self, parts: list[Part], deadline: float | None) -> Any:
         loop = self._bind()

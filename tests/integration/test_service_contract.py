@@ -138,3 +138,23 @@ async def test_a_caller_that_leaves_while_its_batch_waits_at_a_busy_worker_is_no
     assert results[0] == (2, (2, 4)) and results[2] == (4, (2, 4))  # 3 never computed
     assert isinstance(results[1], asyncio.CancelledError)
     assert cancelled == 0  # it had left the queue: the worker left it out
+
+
+async def test_submit_nowait_queues_one_stage_routes_and_counts_in_flight() -> None:
+    service: Service[int, int] = Service(Stage(AddOne, mode="thread"), Stage(Square, mode="thread"))
+    with pytest.raises(BatcherClosed, match="not started"):
+        service.submit_nowait(1)
+    async with service:
+        assert service.submit_nowait(1) is None  # two stages: submit() carries it
+        future = service.submit_nowait(3, route="Square")
+        assert future is not None
+        assert service.stats().in_flight == 1
+        assert await future == 9
+        await asyncio.sleep(0)  # the done callbacks run
+        assert service.stats().in_flight == 0
+        withdrawn = service.submit_nowait(4, route="AddOne")
+        assert withdrawn is not None
+        withdrawn.cancel()
+        await asyncio.sleep(0)
+        assert service.stats().in_flight == 0
+        assert await service.submit(5) == 36

@@ -384,3 +384,73 @@ async def test_adaptive_policy_never_waits_for_a_lone_sequential_caller(clock: F
         await settle()
         assert await call == i * 10
     assert batcher.stats().queue_wait_p99_ms == 0.0
+
+
+async def test_submit_nowait_returns_the_result_future(clock: FakeClock) -> None:
+    model = Model(clock)
+    batcher = Batcher(model, clock=clock, max_batch_size=8, max_latency_ms=10, policy="fixed")
+    assert batcher.accepts_nowait
+    futures = [batcher.submit_nowait(i, deadline=clock.now() + 1.0) for i in range(3)]
+    assert isinstance(futures[0], asyncio.Future)
+    clock.advance(0.010)
+    await settle()
+    assert model.batches == [[0, 1, 2]]
+    assert [f.result() for f in futures] == [0, 10, 20]
+
+
+async def test_submit_nowait_cancelled_future_withdraws_the_item(clock: FakeClock) -> None:
+    model = Model(clock, cost_s=0.010)
+    batcher = Batcher(model, clock=clock, max_batch_size=8, max_latency_ms=0)
+    first = batcher.submit_nowait(0)
+    await settle()
+    doomed = batcher.submit_nowait(1)
+    kept = batcher.submit_nowait(2)
+    doomed.cancel()
+    await settle()
+    assert batcher.stats().queued == 1
+    clock.advance(0.010)
+    await settle()
+    clock.advance(0.010)
+    await settle()
+    assert (first.result(), kept.result()) == (0, 20)
+    assert 1 not in model.computed
+    assert batcher.stats().cancelled == 1
+
+
+async def test_submit_nowait_refuses_at_once(clock: FakeClock) -> None:
+    model = Model(clock)
+    batcher = Batcher(
+        model, clock=clock, max_batch_size=8, max_latency_ms=10, max_queue=1, policy="fixed"
+    )
+    with pytest.raises(DeadlineExceeded):
+        batcher.submit_nowait(0, deadline=clock.now())
+    assert batcher.stats().expired == 1
+    batcher.submit_nowait(1)
+    with pytest.raises(Overloaded):
+        batcher.submit_nowait(2)
+    sized = Batcher(model, clock=clock, max_batch_size=8, size_fn=lambda _: 1)
+    assert not sized.accepts_nowait
+    with pytest.raises(TypeError):
+        sized.submit_nowait(0)
+    await batcher.close()
+
+
+async def test_items_arriving_together_behind_a_running_batch_form_one_batch(
+    clock: FakeClock,
+) -> None:
+    model = Model(clock, cost_s=0.010)
+    # run_ahead: a batch may be handed over to wait behind the running one
+    batcher = Batcher(model, clock=clock, max_batch_size=8, max_latency_ms=0, run_ahead=True)
+    first = asyncio.create_task(batcher.submit(0))
+    await settle()
+    assert model.batches == [[0]]  # the slot was idle: it went at once
+    # Three callers in the same round of the loop, while the first batch runs: the
+    # policy is asked once for them all (not once per arrival), so they go together.
+    later = [asyncio.create_task(batcher.submit(i)) for i in (1, 2, 3)]
+    await settle()
+    clock.advance(0.010)
+    await settle()
+    clock.advance(0.010)
+    await settle()
+    assert model.batches == [[0], [1, 2, 3]]
+    assert (await first, [await c for c in later]) == (0, [10, 20, 30])

@@ -153,7 +153,10 @@ async def test_a_table_result_fails_every_caller_of_the_batcher() -> None:
     from microbatch import Batcher
 
     batcher: Batcher[int, object] = Batcher(
-        lambda xs: Table(len(xs), ["a", "b"]), max_batch_size=3, max_latency_ms=50
+        # its iteration has one value more than its len, whatever the batch's size
+        lambda xs: Table(len(xs), ["a"] * (len(xs) + 1)),
+        max_batch_size=3,
+        max_latency_ms=50,
     )
     outcomes = await asyncio.wait_for(
         asyncio.gather(*(batcher.submit(x) for x in range(3)), return_exceptions=True), 10

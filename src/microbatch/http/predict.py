@@ -11,6 +11,7 @@ its bytes and hands the item to the servable. Errors become responses through
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import math
@@ -90,6 +91,7 @@ class Predictor:
         "_decoders",
         "_default_timeout_s",
         "_submit",
+        "_submit_nowait",
         "failed",
         "label",
         "max_body_bytes",
@@ -112,6 +114,11 @@ class Predictor:
     ) -> None:
         self._app = app
         self._submit = servable.submit
+        # A servable that can queue an item without a coroutine (a Service) spares
+        # the front a task per request.
+        self._submit_nowait: Callable[..., asyncio.Future[Any] | None] | None = getattr(
+            servable, "submit_nowait", None
+        )
         self.route = route
         self._decoders = decoders
         self._default_timeout_s = default_timeout_s
@@ -182,13 +189,20 @@ class Predictor:
         return Checked(deadline, decode, encoder)
 
     def submit(self, checked: Checked, body: bytes) -> Awaitable[Any]:
-        """Decode the body (4xx here, before any queue) and submit the item.
+        """Decode the body (4xx here, before any queue) and submit the item: an
+        :class:`asyncio.Future` where the servable queued it at once (the caller adds
+        a callback and cancels it if the client leaves), else a coroutine to await.
 
         Raises:
             msgspec.DecodeError: The body is malformed (400).
             msgspec.ValidationError: It does not match the input type (422).
         """
         item = checked.decode(body)
+        nowait = self._submit_nowait
+        if nowait is not None:
+            future = nowait(item, deadline=checked.deadline, route=self.route)
+            if future is not None:
+                return future
         return self._submit(item, deadline=checked.deadline, route=self.route)
 
 

@@ -238,6 +238,32 @@ class Service(Generic[T, R]):
         finally:
             self._left()
 
+    def submit_nowait(
+        self, item: T, *, deadline: float | None = None, route: str | None = None
+    ) -> asyncio.Future[R] | None:
+        """:meth:`submit` without a coroutine, for a front that would otherwise make
+        a task per request: the future of the item's result, or None where the route
+        needs :meth:`submit` (several stages, a streaming stage, or a stage batching
+        rows, sizes or costs). Cancelling the future withdraws the item.
+
+        Raises:
+            As :meth:`submit`, at once (nothing was queued).
+        """
+        steps = self._admit(route)
+        if len(steps) != 1:
+            return None
+        index = steps[0]
+        batcher = self._batchers[index]
+        if index in self._streaming or not batcher.accepts_nowait:
+            return None
+        future = batcher.submit_nowait(item, deadline=deadline)
+        self._in_flight += 1
+        future.add_done_callback(self._settled)
+        return future
+
+    def _settled(self, _: asyncio.Future[Any]) -> None:
+        self._left()
+
     def can_stream(self, route: str | None = None) -> bool:
         """Whether :meth:`stream` works for ``route``: its (last) stage's model is a
         :class:`~microbatch.StepModel` or has a generator ``predict``.

@@ -34,7 +34,7 @@ import httptools
 
 from ..clock import Clock, Timer
 from ..http.asgi import BODY_DEADLINE_EXTENSION, DISCONNECT_EXTENSION
-from ..http.codecs import Codec
+from ..http.codecs import JSON, Codec
 from ..http.predict import Checked, Predictor, encode_result, error_response
 from ..http.request_id import REQUEST_ID_HEADER
 from ..http.status import BodyTooLarge
@@ -222,6 +222,8 @@ class HttpConnection(asyncio.Protocol):
         self._request_id = ""
         self._client = "-"
         self._task: asyncio.Task[None] | None = None
+        self._pending: asyncio.Future[Any] | None = None  # a queued item's result
+        self._encoder: Codec = JSON
         self._cycle: AsgiCycle | None = None
         self._ignore_parser = False
 
@@ -264,6 +266,9 @@ class HttpConnection(asyncio.Protocol):
         task, self._task = self._task, None
         if task is not None and not task.done():
             task.cancel()
+        pending = self._pending
+        if pending is not None:
+            pending.cancel()  # withdraws the item; _predicted records the leaving
         cycle = self._cycle
         if cycle is not None:
             cycle.disconnect()
@@ -494,9 +499,31 @@ class HttpConnection(asyncio.Protocol):
         except Exception as error:
             self._answer_error(error, predictor.label)
             return
+        if isinstance(pending, asyncio.Future):  # queued: no task, a callback
+            self._pending = pending
+            self._encoder = checked.encoder
+            pending.add_done_callback(self._predicted)
+            return
         self._task = self._loop.create_task(self._predict(pending, checked.encoder, predictor))
 
     # -- the fast path -----------------------------------------------------------
+
+    def _predicted(self, future: asyncio.Future[Any]) -> None:
+        """The queued item's result is in (or it failed, or the client left)."""
+        if future is not self._pending:
+            return
+        self._pending = None
+        predictor = self._predictor
+        assert predictor is not None
+        if future.cancelled():
+            self._record(predictor.label, _CLIENT_CLOSED)
+            return
+        try:
+            body = encode_result(self._encoder, future.result())
+        except Exception as error:
+            self._answer_error(error, predictor.label)
+            return
+        self._answer(body, self._encoder, predictor)
 
     async def _predict(self, pending: Awaitable[Any], encoder: Codec, predictor: Predictor) -> None:
         try:
@@ -510,6 +537,10 @@ class HttpConnection(asyncio.Protocol):
             self._answer_error(error, predictor.label)
             return
         self._task = None
+        self._answer(body, encoder, predictor)
+
+    def _answer(self, body: bytes, encoder: Codec, predictor: Predictor) -> None:
+        """Answer the current request with its encoded result."""
         if self._phase == _CLOSED:
             return
         lines = self._request_id_line() + self._connection_line()
