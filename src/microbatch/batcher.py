@@ -30,6 +30,7 @@ from .errors import BatcherClosed, DeadlineExceeded, MicrobatchError
 from .execution import settle
 from .policy import Policy
 from .stats import BatcherStats
+from .timing import Timing
 from .types import BatchDone, BatchJob, BatchRunner
 
 __all__ = ["Batcher"]
@@ -45,7 +46,7 @@ BatchFunction = (
 class _Entry(Pending):
     """One queued item, its deadline and the future its caller awaits."""
 
-    __slots__ = ("deadline", "future", "index", "item", "job", "timer")
+    __slots__ = ("deadline", "future", "index", "item", "job", "timer", "timing")
 
     def __init__(
         self,
@@ -62,6 +63,7 @@ class _Entry(Pending):
         self.timer: Timer | None = None
         self.job: BatchJob | None = None  # while its batch is at the runner
         self.index = 0  # its place in that batch
+        self.timing: Timing | None = None  # the caller's record, when it wants one
 
     def unwanted(self) -> None:
         """Tell the runner holding this entry's batch that nobody waits for it."""
@@ -153,6 +155,8 @@ class Batcher(Generic[T, R]):
         self._deadlines: DeadlineWatch[_Entry] = DeadlineWatch(self._clock, self._expire)
         self._loop_ref: weakref.ref[asyncio.AbstractEventLoop] | None = None
         self._max_queue = self.config.max_queue
+        self.name: str = getattr(fn, "__name__", "") if fn is not None else ""
+        """Recorded in a :class:`~microbatch.timing.Timing` (when its stage is unset)."""
 
     @property
     def policy(self) -> Policy:
@@ -162,7 +166,12 @@ class Batcher(Generic[T, R]):
     # -- calling -----------------------------------------------------------------
 
     async def submit(
-        self, item: T, *, timeout_s: float | None = None, deadline: float | None = None
+        self,
+        item: T,
+        *,
+        timeout_s: float | None = None,
+        deadline: float | None = None,
+        timing: Timing | None = None,
     ) -> R:
         """Queue one item and wait for its own result.
 
@@ -170,6 +179,8 @@ class Batcher(Generic[T, R]):
             item: The item (with ``rows``: a sequence of rows).
             timeout_s: Give up after this many seconds (default: ``config.timeout_s``).
             deadline: Give up at this ``time.monotonic()`` time.
+            timing: A record to append this batch's timing to (queued, behind a
+                running batch, model time, batch size), when the item's batch ran.
 
         Raises:
             Overloaded: The queue is full; nothing was queued.
@@ -189,11 +200,12 @@ class Batcher(Generic[T, R]):
             due = intake.deadline(timeout_s, deadline)  # the one place it is worked out
             parts = intake.parts(item)
             if len(parts) > 1:
-                return await self._submit_parts(parts, due)  # type: ignore[no-any-return]
+                return await self._submit_parts(parts, due, timing)  # type: ignore[no-any-return]
             loop = self._bind()
             intake.admit(1, due)
             part = parts[0]
             entry = self._enqueue(loop, part.item, part.units, due, part)
+        entry.timing = timing
         try:
             return await entry.future  # type: ignore[no-any-return]
         except asyncio.CancelledError:
@@ -259,10 +271,13 @@ class Batcher(Generic[T, R]):
             self._dispatch()
         return entry
 
-    async def _submit_parts(self, parts: list[Part], deadline: float | None) -> Any:
+    async def _submit_parts(
+        self, parts: list[Part], deadline: float | None, timing: Timing | None
+    ) -> Any:
         loop = self._bind()
         self._intake.admit(len(parts), deadline)
         entries = [self._enqueue(loop, part.item, part.units, deadline, part) for part in parts]
+        entries[0].timing = timing  # the first part's batch speaks for the item
         try:
             outcomes = await asyncio.gather(
                 *(entry.future for entry in entries), return_exceptions=True
@@ -359,11 +374,11 @@ class Batcher(Generic[T, R]):
     def _release(self, now: float) -> None:
         batch, units = self._queue.take(now)
         self._handed[id(batch)] = units
-        task = asyncio.get_running_loop().create_task(self._run(batch, units))
+        task = asyncio.get_running_loop().create_task(self._run(batch, units, now))
         self._tasks.add(task)  # the loop keeps only a weak reference to tasks
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, batch: list[_Entry], units: int) -> None:
+    async def _run(self, batch: list[_Entry], units: int, released: float) -> None:
         """Hand one batch to the runner and settle every future in it."""
         job = BatchJob(
             [entry.item for entry in batch],
@@ -380,11 +395,11 @@ class Batcher(Generic[T, R]):
             if not isinstance(exc, Exception):
                 raise
         else:
-            self._settle_batch(batch, done)
+            self._settle_batch(batch, done, released)
         finally:
             self._batch_done(batch)
 
-    def _settle_batch(self, batch: list[_Entry], done: BatchDone) -> None:
+    def _settle_batch(self, batch: list[_Entry], done: BatchDone, released: float) -> None:
         started, finished = done.started_s, done.finished_s
         duration = None
         if started is not None and finished is not None and done.units > 0:
@@ -399,6 +414,8 @@ class Batcher(Generic[T, R]):
             future = entry.future
             if future.done():
                 continue
+            if entry.timing is not None and started is not None and finished is not None:
+                self._record_timing(entry.timing, entry, batch, done, released)
             if isinstance(outcome, BaseException):
                 # A runner that left an item out at its deadline (by its own clock,
                 # a moment before the batcher's timer) answers it as expired.
@@ -409,6 +426,24 @@ class Batcher(Generic[T, R]):
                 future.set_exception(outcome)
             else:
                 future.set_result(outcome)
+
+    def _record_timing(
+        self, timing: Timing, entry: _Entry, batch: list[_Entry], done: BatchDone, released: float
+    ) -> None:
+        """Append this batch's part in ``entry``'s request to its record."""
+        started, finished = done.started_s, done.finished_s
+        assert started is not None and finished is not None
+        cost = None
+        if self.config.cost_fn is not None:
+            cost = sum(other.cost for other in batch)
+        timing.record(
+            self.name,
+            max(released - entry.arrival, 0.0),
+            max(started - released, 0.0),
+            finished - started,
+            done.units or sum(other.size for other in batch),
+            cost,
+        )
 
     def _abort(self, batch: list[_Entry], error: BaseException) -> None:
         for entry in batch:

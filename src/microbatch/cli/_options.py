@@ -284,6 +284,13 @@ SERVE = Command(
             action="store_true",
         ),
         Option(
+            ("--no-server-timing",),
+            "leave out the Server-Timing header (queued, behind a running batch, model "
+            "time and batch size per stage) of predict responses",
+            default=False,
+            action="store_true",
+        ),
+        Option(
             ("--drain-delay-s",),
             "on SIGTERM, readiness answers 503 at once while requests are still served "
             "for this long, then the graceful shutdown (Kubernetes: a few seconds)",

@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
+from ..timing import Timing, accepts_timing
 from ..types import Servable, deadline_from
 from .codecs import JSON, Codec, Decoder, codec_for_accept, codec_for_content_type
 from .status import (
@@ -80,6 +81,8 @@ class Predictor:
             :class:`~.request_id.RequestIds`).
         failed: Logs a server error under its request id (the app's
             :class:`~.error_log.RepeatedErrorLog`).
+        server_timing: Answer with ``Server-Timing`` (when the servable's ``submit``
+            takes a ``timing`` record).
     """
 
     __slots__ = (
@@ -95,6 +98,7 @@ class Predictor:
         "max_body_bytes",
         "request_id",
         "route",
+        "timed",
     )
 
     def __init__(
@@ -109,9 +113,12 @@ class Predictor:
         label: str,
         request_id: Callable[[bytes | None], str],
         failed: Callable[[str, BaseException], None],
+        server_timing: bool = True,
     ) -> None:
         self._app = app
-        self._submit = servable.submit
+        self.timed = server_timing and accepts_timing(servable)
+        # Any: a servable's submit takes ``timing`` only where accepts_timing() says so
+        self._submit: Callable[..., Awaitable[Any]] = servable.submit
         self.route = route
         self._decoders = decoders
         self._default_timeout_s = default_timeout_s
@@ -181,15 +188,28 @@ class Predictor:
                 raise BodyTooLarge(f"the body has {size} bytes; the limit is {self.max_body_bytes}")
         return Checked(deadline, decode, encoder)
 
-    def submit(self, checked: Checked, body: bytes) -> Awaitable[Any]:
-        """Decode the body (4xx here, before any queue) and submit the item.
+    def timing(self) -> Timing | None:
+        """A new record for one request's ``Server-Timing``, or None when this route
+        does not tell it."""
+        return Timing(time.monotonic()) if self.timed else None
+
+    def submit(self, checked: Checked, body: bytes, timing: Timing | None = None) -> Awaitable[Any]:
+        """Decode the body (4xx here, before any queue) and submit the item (with
+        ``timing``, from :meth:`timing`, for its ``Server-Timing``).
 
         Raises:
             msgspec.DecodeError: The body is malformed (400).
             msgspec.ValidationError: It does not match the input type (422).
         """
-        item = checked.decode(body)
-        return self._submit(item, deadline=checked.deadline, route=self.route)
+        return self.submit_item(checked.decode(body), checked.deadline, timing)
+
+    def submit_item(
+        self, item: Any, deadline: float | None, timing: Timing | None = None
+    ) -> Awaitable[Any]:
+        """Submit a decoded item (``timing`` only where :attr:`timed`)."""
+        if timing is None:
+            return self._submit(item, deadline=deadline, route=self.route)
+        return self._submit(item, deadline=deadline, route=self.route, timing=timing)
 
 
 _REMEMBERED = 32

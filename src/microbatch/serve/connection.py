@@ -38,6 +38,7 @@ from ..http.codecs import Codec
 from ..http.predict import Checked, Predictor, encode_result, error_response
 from ..http.request_id import REQUEST_ID_HEADER
 from ..http.status import BodyTooLarge
+from ..timing import Timing
 from .asgi_cycle import AsgiCycle
 from .chunked import TOO_LONG, ChunkedEnd
 from .responses import (
@@ -490,15 +491,19 @@ class HttpConnection(asyncio.Protocol):
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         self._body = []
         try:
-            pending = predictor.submit(checked, body)
+            timing = predictor.timing()
+            pending = predictor.submit(checked, body, timing)
         except Exception as error:
             self._answer_error(error, predictor.label)
             return
-        self._task = self._loop.create_task(self._predict(pending, checked.encoder, predictor))
+        predicted = self._predict(pending, checked.encoder, predictor, timing)
+        self._task = self._loop.create_task(predicted)
 
     # -- the fast path -----------------------------------------------------------
 
-    async def _predict(self, pending: Awaitable[Any], encoder: Codec, predictor: Predictor) -> None:
+    async def _predict(
+        self, pending: Awaitable[Any], encoder: Codec, predictor: Predictor, timing: Timing | None
+    ) -> None:
         try:
             result = await pending
             body = encode_result(encoder, result)
@@ -513,6 +518,8 @@ class HttpConnection(asyncio.Protocol):
         if self._phase == _CLOSED:
             return
         lines = self._request_id_line() + self._connection_line()
+        if timing is not None:
+            lines += timing.header_line(time.monotonic())
         self._write(ok_head(encoder.media_type, len(body), lines) + body)
         self._record(predictor.label, 200)
         self.response_complete(200)

@@ -13,10 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from functools import partial
 from typing import Any
 
 from ..http.metrics import RequestCounts
+from ..timing import Timing, accepts_timing
 from ..types import Servable
 from ._messages import STATE_INTERVAL_S, Cancel, Counts, Hello, Result, State, Submit
 from .relay import Channel, pack_outcome, unpack_item
@@ -130,15 +132,23 @@ class _FrontLink:
         except Exception as error:
             self.channel.post(Result(request_id, pack_outcome(False, error)))
             return
-        task = asyncio.get_running_loop().create_task(
-            self.hub.target.submit(item, deadline=message.deadline, route=message.route)
-        )
+        target: Any = self.hub.target  # its submit takes timing where accepts_timing says
+        if message.timed and accepts_timing(target):
+            timing: Timing | None = Timing(time.monotonic())
+            submitted = target.submit(
+                item, deadline=message.deadline, route=message.route, timing=timing
+            )
+        else:
+            timing = None
+            submitted = target.submit(item, deadline=message.deadline, route=message.route)
+        task = asyncio.get_running_loop().create_task(submitted)
         self.tasks[request_id] = task
-        task.add_done_callback(partial(self._finished, request_id))
+        task.add_done_callback(partial(self._finished, request_id, timing))
 
-    def _finished(self, request_id: int, task: asyncio.Task[Any]) -> None:
+    def _finished(self, request_id: int, timing: Timing | None, task: asyncio.Task[Any]) -> None:
         if self.tasks.pop(request_id, None) is None or task.cancelled():
             return  # the front asked to cancel it, or is gone
         error = task.exception()
         outcome = pack_outcome(True, task.result()) if error is None else pack_outcome(False, error)
-        self.channel.post(Result(request_id, outcome))
+        stages = () if timing is None else tuple(timing.stages)
+        self.channel.post(Result(request_id, outcome, stages))
