@@ -410,12 +410,15 @@ class Batcher(Generic[T, R]):
         if len(outcomes) != len(batch):
             self._abort(batch, MicrobatchError(f"{len(outcomes)} outcomes for {len(batch)}"))
             return
+        timed: list[_Entry] | None = None
         for entry, outcome in zip(batch, outcomes, strict=True):
             future = entry.future
             if future.done():
                 continue
             if entry.timing is not None and started is not None and finished is not None:
-                self._record_timing(entry.timing, entry, batch, done, released)
+                if timed is None:
+                    timed = []
+                timed.append(entry)
             if isinstance(outcome, BaseException):
                 # A runner that left an item out at its deadline (by its own clock,
                 # a moment before the batcher's timer) answers it as expired.
@@ -426,24 +429,31 @@ class Batcher(Generic[T, R]):
                 future.set_exception(outcome)
             else:
                 future.set_result(outcome)
+        if timed is not None:  # the futures' callbacks run later: in time to read it
+            self._record_timings(timed, batch, done, released)
 
-    def _record_timing(
-        self, timing: Timing, entry: _Entry, batch: list[_Entry], done: BatchDone, released: float
+    def _record_timings(
+        self, timed: list[_Entry], batch: list[_Entry], done: BatchDone, released: float
     ) -> None:
-        """Append this batch's part in ``entry``'s request to its record."""
+        """Append this batch's part in each timed entry's request to its record, and
+        trace the batch when any of them is traced."""
         started, finished = done.started_s, done.finished_s
         assert started is not None and finished is not None
         cost = None
         if self.config.cost_fn is not None:
-            cost = sum(other.cost for other in batch)
-        timing.record(
-            self.name,
-            max(released - entry.arrival, 0.0),
-            max(started - released, 0.0),
-            finished - started,
-            done.units or sum(other.size for other in batch),
-            cost,
-        )
+            cost = sum(entry.cost for entry in batch)
+        size = done.units or sum(entry.size for entry in batch)
+        behind, model = max(started - released, 0.0), finished - started
+        traced = []
+        for entry in timed:
+            timing = entry.timing
+            assert timing is not None
+            timing.record(self.name, max(released - entry.arrival, 0.0), behind, model, size, cost)
+            if timing.span is not None:
+                traced.append((timing, entry.arrival))
+        if traced:
+            stage = traced[0][0].stages[-1].stage
+            traced[0][0].tracer.batch(stage, started, finished, size, cost, traced)
 
     def _abort(self, batch: list[_Entry], error: BaseException) -> None:
         for entry in batch:

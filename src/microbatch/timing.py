@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "SERVER_TIMING_HEADER",
@@ -31,6 +31,8 @@ SERVER_TIMING_HEADER = b"server-timing"
 """The response header's name, in lower case."""
 
 _NOT_TOKEN = re.compile(r"[^A-Za-z0-9!#$%&'*+.^_`|~-]")
+_NAMES: dict[str, bytes] = {}  # stage name -> metric name, worked out once each
+_STAGE = b'%s.queue;dur=%.2f, %s.behind;dur=%.2f, %s.model;dur=%.2f, %s.batch;desc="size=%d'
 
 
 def metric_name(stage: str) -> str:
@@ -39,8 +41,16 @@ def metric_name(stage: str) -> str:
     return _NOT_TOKEN.sub("_", stage) or "_"
 
 
-@dataclass(slots=True, frozen=True)
-class StageTiming:
+def _metric(stage: str) -> bytes:
+    name = _NAMES.get(stage)
+    if name is None:
+        name = metric_name(stage).encode("ascii")
+        if len(_NAMES) < 1024:  # stage names are the servable's, few; bounded anyway
+            _NAMES[stage] = name
+    return name
+
+
+class StageTiming(NamedTuple):
     """One stage's part in one request, in seconds.
 
     Attributes:
@@ -72,11 +82,19 @@ class Timing:
             :class:`~microbatch.Service` before each stage; a batched function uses
             its own name when this is empty).
         stages: One entry per stage the item went through, in order.
+        span: The request's OpenTelemetry span, when traced (see
+            :mod:`microbatch.tracing`), else None.
+        tracer: The :class:`~microbatch.tracing.Tracer` that made ``span``, else None.
+        told: Whether the response tells it (``Server-Timing``): False for a record
+            kept only for a trace.
     """
 
     start_s: float
     stage: str = ""
     stages: list[StageTiming] = field(default_factory=list)
+    span: Any = None
+    tracer: Any = None
+    told: bool = True
 
     def record(
         self,
@@ -93,22 +111,35 @@ class Timing:
 
     def header(self, end_s: float) -> str:
         """The ``Server-Timing`` value for a response finished at ``end_s``."""
+        return self.header_value(end_s).decode("ascii")
+
+    def header_value(self, end_s: float) -> bytes:
+        """:meth:`header`, as the bytes a response head carries."""
         parts = []
         for entry in self.stages:
-            name = metric_name(entry.stage)
-            parts.append(f"{name}.queue;dur={entry.queued_s * 1e3:.2f}")
-            parts.append(f"{name}.behind;dur={entry.behind_s * 1e3:.2f}")
-            parts.append(f"{name}.model;dur={entry.model_s * 1e3:.2f}")
-            batch = f"size={entry.batch_size}"
+            name = _metric(entry.stage)
+            part = _STAGE % (
+                name,
+                entry.queued_s * 1e3,
+                name,
+                entry.behind_s * 1e3,
+                name,
+                entry.model_s * 1e3,
+                name,
+                entry.batch_size,
+            )
             if entry.batch_cost is not None:
-                batch += f" cost={entry.batch_cost:g}"
-            parts.append(f'{name}.batch;desc="{batch}"')
-        parts.append(f"total;dur={(end_s - self.start_s) * 1e3:.2f}")
-        return ", ".join(parts)
+                part += b" cost=%s" % f"{entry.batch_cost:g}".encode("ascii")
+            parts.append(part + b'", ')
+        parts.append(b"total;dur=%.2f" % ((end_s - self.start_s) * 1e3))
+        return b"".join(parts)
 
     def header_line(self, end_s: float) -> bytes:
-        """The whole ``server-timing: ...\\r\\n`` line of an HTTP/1.1 response head."""
-        return b"server-timing: " + self.header(end_s).encode("ascii") + b"\r\n"
+        """The whole ``server-timing: ...\r\n`` line of an HTTP/1.1 response head
+        (empty when not :attr:`told`)."""
+        if not self.told:
+            return b""
+        return b"server-timing: " + self.header_value(end_s) + b"\r\n"
 
 
 def accepts_timing(servable: Any) -> bool:

@@ -291,6 +291,13 @@ SERVE = Command(
             action="store_true",
         ),
         Option(
+            ("--otel",),
+            "trace requests, stages and batches with OpenTelemetry (microbatch[otel]; "
+            "exporter from OTEL_TRACES_EXPORTER: console, the default, or otlp)",
+            default=False,
+            action="store_true",
+        ),
+        Option(
             ("--drain-delay-s",),
             "on SIGTERM, readiness answers 503 at once while requests are still served "
             "for this long, then the graceful shutdown (Kubernetes: a few seconds)",

@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -25,6 +25,9 @@ from ..inference import InferenceModel
 from ..loading import as_servable
 from ..logs import current_request_id
 from ..timing import SERVER_TIMING_HEADER
+
+if TYPE_CHECKING:
+    from ..tracing import Tracer
 from ..types import Servable, StreamingServable, deadline_from
 from .access_log import log_access, log_access_line
 from .asgi import (
@@ -94,6 +97,9 @@ class HttpConfig:
         api_version: The OpenAPI document's version (default: microbatch's).
         server_timing: Tell each predict response's ``Server-Timing`` (queued, behind
             a running batch, model time and batch size, per stage).
+        tracing: Trace every predict request with OpenTelemetry (needs
+            ``microbatch[otel]``; spans go to the global tracer provider, see
+            :mod:`microbatch.tracing`).
 
     Raises:
         ValueError: A setting is out of range; the message names it and its value.
@@ -107,6 +113,7 @@ class HttpConfig:
     api_title: str | None = None
     api_version: str | None = None
     server_timing: bool = True
+    tracing: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_body_bytes, int) or self.max_body_bytes < 1:
@@ -130,12 +137,25 @@ class HttpApp:
         servable: The served model: a Service, a batched function, or anything else
             that speaks the contract (see :func:`app`).
         config: Limits, timeouts and the bearer token.
+        tracer: Trace predict requests with this :class:`~microbatch.tracing.Tracer`
+            (default: one on the global provider when ``config.tracing``).
     """
 
-    def __init__(self, servable: Servable[Any, Any], config: HttpConfig | None = None) -> None:
+    def __init__(
+        self,
+        servable: Servable[Any, Any],
+        config: HttpConfig | None = None,
+        *,
+        tracer: Tracer | None = None,
+    ) -> None:
         self.servable = servable
         target = servable
         self.config = config if config is not None else HttpConfig()
+        if tracer is None and self.config.tracing:
+            from ..tracing import configure  # imports OpenTelemetry: only here
+
+            tracer = configure()
+        self.tracer = tracer
         self.metrics = HttpMetrics(target.stats)
         self.openapi = openapi_document(
             self.config.api_title or target.name,
@@ -201,6 +221,7 @@ class HttpApp:
             self._request_ids.for_request,
             self._errors.failed,
             self.config.server_timing,
+            self.tracer,
         )
 
     def native_predictors(self) -> dict[str, Predictor]:
@@ -304,11 +325,11 @@ class HttpApp:
         predictor = self._predictors["/predict" if route is None else f"/predict/{route}"]
         deadline, decode, encoder = predictor.check(scope["headers"], authorize=False)
         item = decode(await self._read_body(scope, receive))
-        timing = predictor.timing()
+        timing = predictor.timing(scope["headers"])
         submitted = predictor.submit_item(item, deadline, timing)
         result = await self._result(scope, submitted, receive)
         body = encode_result(encoder, result)
-        if timing is None:
+        if timing is None or not timing.told:
             await send_response(send, 200, body, encoder.media_type)
         else:
             told = timing.header(time.monotonic()).encode("ascii")

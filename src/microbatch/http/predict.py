@@ -16,7 +16,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ..timing import Timing, accepts_timing
 from ..types import Servable, deadline_from
@@ -30,6 +30,9 @@ from .status import (
     UnencodableResult,
     error_reply,
 )
+
+if TYPE_CHECKING:
+    from ..tracing import Tracer
 
 __all__ = [
     "TIMEOUT_HEADER",
@@ -83,6 +86,7 @@ class Predictor:
             :class:`~.error_log.RepeatedErrorLog`).
         server_timing: Answer with ``Server-Timing`` (when the servable's ``submit``
             takes a ``timing`` record).
+        tracer: Trace each request (see :mod:`microbatch.tracing`), or None.
     """
 
     __slots__ = (
@@ -93,6 +97,8 @@ class Predictor:
         "_decoders",
         "_default_timeout_s",
         "_submit",
+        "_tells",
+        "_tracer",
         "failed",
         "label",
         "max_body_bytes",
@@ -114,9 +120,12 @@ class Predictor:
         request_id: Callable[[bytes | None], str],
         failed: Callable[[str, BaseException], None],
         server_timing: bool = True,
+        tracer: Tracer | None = None,
     ) -> None:
         self._app = app
-        self.timed = server_timing and accepts_timing(servable)
+        self._tells = server_timing
+        self._tracer = tracer
+        self.timed = (server_timing or tracer is not None) and accepts_timing(servable)
         # Any: a servable's submit takes ``timing`` only where accepts_timing() says so
         self._submit: Callable[..., Awaitable[Any]] = servable.submit
         self.route = route
@@ -188,10 +197,17 @@ class Predictor:
                 raise BodyTooLarge(f"the body has {size} bytes; the limit is {self.max_body_bytes}")
         return Checked(deadline, decode, encoder)
 
-    def timing(self) -> Timing | None:
-        """A new record for one request's ``Server-Timing``, or None when this route
-        does not tell it."""
-        return Timing(time.monotonic()) if self.timed else None
+    def timing(self, headers: RawHeaders = ()) -> Timing | None:
+        """A new record for one request's ``Server-Timing`` and trace (its span
+        started, a child of the ``traceparent`` in ``headers``), or None when this
+        route does neither."""
+        if not self.timed:
+            return None
+        timing = Timing(time.monotonic())
+        if self._tracer is not None:
+            timing.told = self._tells
+            self._tracer.start_request(timing, "POST " + self.label, headers)
+        return timing
 
     def submit(self, checked: Checked, body: bytes, timing: Timing | None = None) -> Awaitable[Any]:
         """Decode the body (4xx here, before any queue) and submit the item (with
@@ -209,7 +225,8 @@ class Predictor:
         """Submit a decoded item (``timing`` only where :attr:`timed`)."""
         if timing is None:
             return self._submit(item, deadline=deadline, route=self.route)
-        return self._submit(item, deadline=deadline, route=self.route, timing=timing)
+        submitted = self._submit(item, deadline=deadline, route=self.route, timing=timing)
+        return submitted if timing.span is None else timing.tracer.traced(submitted, timing)
 
 
 _REMEMBERED = 32

@@ -491,7 +491,7 @@ class HttpConnection(asyncio.Protocol):
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         self._body = []
         try:
-            timing = predictor.timing()
+            timing = predictor.timing(self._headers)
             pending = predictor.submit(checked, body, timing)
         except Exception as error:
             self._answer_error(error, predictor.label)
