@@ -33,6 +33,7 @@ SERVER_TIMING_HEADER = b"server-timing"
 _NOT_TOKEN = re.compile(r"[^A-Za-z0-9!#$%&'*+.^_`|~-]")
 _NAMES: dict[str, bytes] = {}  # stage name -> metric name, worked out once each
 _STAGE = b'%s.queue;dur=%.2f, %s.behind;dur=%.2f, %s.model;dur=%.2f, %s.batch;desc="size=%d'
+_ONE_STAGE = _STAGE + b'", total;dur=%.2f'
 
 
 def metric_name(stage: str) -> str:
@@ -115,6 +116,21 @@ class Timing:
 
     def header_value(self, end_s: float) -> bytes:
         """:meth:`header`, as the bytes a response head carries."""
+        total = (end_s - self.start_s) * 1e3
+        if len(self.stages) == 1 and self.stages[0].batch_cost is None:  # the common case
+            entry = self.stages[0]
+            name = _metric(entry.stage)
+            return _ONE_STAGE % (
+                name,
+                entry.queued_s * 1e3,
+                name,
+                entry.behind_s * 1e3,
+                name,
+                entry.model_s * 1e3,
+                name,
+                entry.batch_size,
+                total,
+            )
         parts = []
         for entry in self.stages:
             name = _metric(entry.stage)
@@ -131,7 +147,7 @@ class Timing:
             if entry.batch_cost is not None:
                 part += b" cost=%s" % f"{entry.batch_cost:g}".encode("ascii")
             parts.append(part + b'", ')
-        parts.append(b"total;dur=%.2f" % ((end_s - self.start_s) * 1e3))
+        parts.append(b"total;dur=%.2f" % total)
         return b"".join(parts)
 
     def header_line(self, end_s: float) -> bytes:

@@ -217,6 +217,8 @@ class Predictor:
             msgspec.DecodeError: The body is malformed (400).
             msgspec.ValidationError: It does not match the input type (422).
         """
+        if timing is None:
+            return self._submit(checked.decode(body), deadline=checked.deadline, route=self.route)
         return self.submit_item(checked.decode(body), checked.deadline, timing)
 
     def submit_item(
