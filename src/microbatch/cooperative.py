@@ -460,33 +460,44 @@ class CooperativeBatcher(Generic[T, R]):
         self._policy.batch_finished(units, end - start)
         failed = () if memory is None else memory.failed
         self._intake.finished(batch, failed, end - start)
+        timed: list[_Entry] | None = None
         for entry, outcome in zip(batch, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 self._stats.failed += 1
             call = entry.call
             if isinstance(call, _LoopCall) and call.timing is not None:
-                self._record_timing(call.timing, entry, batch, start, end, units)
+                if timed is None:
+                    timed = []
+                timed.append(entry)
             self._settle(entry, outcome)
+        if timed is not None:
+            self._record_timings(timed, batch, start, end, units)
         self._settled_some()
 
-    def _record_timing(
-        self,
-        timing: Timing,
-        entry: _Entry,
-        batch: list[_Entry],
-        start: float,
-        end: float,
-        units: int,
+    def _record_timings(
+        self, timed: list[_Entry], batch: list[_Entry], start: float, end: float, units: int
     ) -> None:
-        """Append the batch's part in ``entry``'s request to its record (its first
-        part's batch speaks for the request; a batch here starts as it is taken)."""
-        if entry is not entry.call.entries[0]:
-            return
+        """Append the batch's part in each timed entry's request to its record (its
+        first part's batch speaks for the request; a batch here starts as it is
+        taken), and trace the batch when any of them is traced."""
         cost = None
         if self.config.cost_fn is not None:
             cost = sum(other.cost for other in batch)
         name = getattr(self._fn, "__name__", "")
-        timing.record(name, max(start - entry.arrival, 0.0), 0.0, end - start, units, cost)
+        traced = []
+        for entry in timed:
+            call = entry.call
+            assert isinstance(call, _LoopCall) and call.timing is not None
+            if entry is not call.entries[0]:
+                continue
+            timing = call.timing
+            timing.record(name, max(start - entry.arrival, 0.0), 0.0, end - start, units, cost)
+            if timing.span is not None:
+                traced.append((timing, entry.arrival))
+        if traced:
+            traced[0][0].tracer.batch(
+                traced[0][0].stages[-1].stage, start, end, units, cost, traced
+            )
 
     # -- settling (lock held) ----------------------------------------------------
 

@@ -20,6 +20,7 @@ from microbatch.types import BatchDone, BatchJob
 from tests.http import models
 from tests.http.conftest import serving
 from tests.serve.test_server import running
+from tests.timing.models import triple
 
 _METRIC = re.compile(r'^([A-Za-z0-9!#$%&\'*+.^_`|~-]+)((?:;[a-z]+=(?:"[^"]*"|[0-9.]+))*)$')
 
@@ -194,6 +195,16 @@ async def test_asgi_app_tells_server_timing_consistent_under_concurrency() -> No
         stage_numbers(parse_server_timing(r.headers["server-timing"]), "double")[3] for r in replies
     }
     assert max(sizes) > 1  # twenty at once: some batches held several
+
+
+async def test_a_thread_batched_function_tells_it_too() -> None:
+    async with serving(HttpApp(triple)) as client:
+        replies = await asyncio.gather(
+            *(client.post("/predict", json={"x": x + 0.5}) for x in range(8))
+        )
+    for reply in replies:
+        assert reply.status_code == 200
+        assert_consistent(reply.headers["server-timing"], ["triple"], 32)
 
 
 async def test_every_stage_of_a_pipeline_is_told_and_the_setting_turns_it_off() -> None:

@@ -20,6 +20,7 @@ from microbatch.http import HttpApp, HttpConfig
 from microbatch.tracing import Tracer
 from tests.http import models
 from tests.http.conftest import serving
+from tests.timing.models import triple
 
 REQUESTS = 24
 
@@ -98,6 +99,13 @@ async def test_batched_function_requests_link_to_their_batches(
 ) -> None:
     sent = await post_concurrently(HttpApp(models.double, tracer=tracer_to(exporter)))
     check_trace(list(exporter.get_finished_spans()), sent, ["double"])
+
+
+async def test_a_thread_batched_function_is_traced_the_same_way(
+    exporter: InMemorySpanExporter,
+) -> None:
+    sent = await post_concurrently(HttpApp(triple, tracer=tracer_to(exporter)))
+    check_trace(list(exporter.get_finished_spans()), sent, ["triple"])
 
 
 async def test_every_stage_of_a_pipeline_is_a_child_span(exporter: InMemorySpanExporter) -> None:
