@@ -84,6 +84,15 @@ class Tracer:
         )
         timing.tracer = self
 
+    def traceparent(self, timing: Timing) -> str:
+        """The W3C ``traceparent`` of ``timing``'s request span ("" when untraced),
+        to carry it to another process."""
+        if timing.span is None:
+            return ""
+        carrier: dict[str, str] = {}
+        self._propagator.inject(carrier, context=trace.set_span_in_context(timing.span))
+        return carrier.get("traceparent", "")
+
     async def traced(self, submitted: Awaitable[Any], timing: Timing) -> Any:
         """``submitted``'s result; ``timing``'s request span ends with it (or its error)."""
         try:

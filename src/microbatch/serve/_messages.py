@@ -66,6 +66,7 @@ class Submit:
             entered; or None.
         route: One of the service's routes, or None for the whole model.
         timed: Whether the caller wants the item's stage timings back (``Server-Timing``).
+        traceparent: The W3C ``traceparent`` of the front's request span, when traced.
     """
 
     request_id: int
@@ -73,9 +74,11 @@ class Submit:
     deadline: float | None
     route: str | None
     timed: bool = False
+    traceparent: str = ""
 
     def __reduce__(self) -> _Reduced:
-        return Submit, (self.request_id, self.item, self.deadline, self.route, self.timed)
+        fields = (self.request_id, self.item, self.deadline, self.route, self.timed)
+        return Submit, (*fields, self.traceparent)
 
 
 @dataclass(frozen=True, slots=True)

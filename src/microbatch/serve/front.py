@@ -105,7 +105,8 @@ class RelayTarget:
         answer = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = answer
         packed = pack_item(item)
-        self._channel.post(Submit(request_id, packed, deadline, route, timing is not None))
+        traced = "" if timing is None or timing.span is None else timing.tracer.traceparent(timing)
+        self._channel.post(Submit(request_id, packed, deadline, route, timing is not None, traced))
         try:
             result: Result = await answer
         except asyncio.CancelledError:

@@ -15,12 +15,15 @@ import logging
 import socket
 import time
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..http.metrics import RequestCounts
 from ..timing import Timing, accepts_timing
 from ..types import Servable
 from ._messages import STATE_INTERVAL_S, Cancel, Counts, Hello, Result, State, Submit
+
+if TYPE_CHECKING:
+    from ..tracing import Tracer
 from .relay import Channel, pack_outcome, unpack_item
 
 __all__ = ["Hub"]
@@ -33,10 +36,14 @@ class Hub:
 
     Args:
         target: The started Service (or batched function) to feed.
+        tracer: Traces the items the fronts send traced (their ``traceparent``):
+            a span per item, a child of the front's request span, and the batches.
     """
 
-    def __init__(self, target: Servable[Any, Any]) -> None:
+    def __init__(self, target: Servable[Any, Any], tracer: Tracer | None = None) -> None:
         self.target = target
+        self.tracer = tracer
+        self.takes_timing = accepts_timing(target)
         self.serving = False  # every front is up
         self.draining = False
         self._links: dict[int, _FrontLink] = {}
@@ -133,8 +140,13 @@ class _FrontLink:
             self.channel.post(Result(request_id, pack_outcome(False, error)))
             return
         target: Any = self.hub.target  # its submit takes timing where accepts_timing says
-        if message.timed and accepts_timing(target):
-            timing: Timing | None = Timing(time.monotonic())
+        if message.timed and self.hub.takes_timing:
+            record = Timing(time.monotonic())
+            timing: Timing | None = record
+            tracer = self.hub.tracer
+            if message.traceparent and tracer is not None:
+                parent = ((b"traceparent", message.traceparent.encode("latin-1")),)
+                tracer.start_request(record, "microbatch hub", parent)
             submitted = target.submit(
                 item, deadline=message.deadline, route=message.route, timing=timing
             )
@@ -146,6 +158,8 @@ class _FrontLink:
         task.add_done_callback(partial(self._finished, request_id, timing))
 
     def _finished(self, request_id: int, timing: Timing | None, task: asyncio.Task[Any]) -> None:
+        if timing is not None and timing.span is not None:
+            timing.tracer.end_request(timing, None if task.cancelled() else task.exception())
         if self.tasks.pop(request_id, None) is None or task.cancelled():
             return  # the front asked to cancel it, or is gone
         error = task.exception()
