@@ -289,6 +289,8 @@ SERVE = Command(
             "time and batch size per stage) of predict responses",
             default=False,
             action="store_true",
+            modes=frozenset({"plain", "workers"}),
+            refused="Ray Serve's proxy answers without Server-Timing",
         ),
         Option(
             ("--otel",),
@@ -296,6 +298,8 @@ SERVE = Command(
             "exporter from OTEL_TRACES_EXPORTER: console, the default, or otlp)",
             default=False,
             action="store_true",
+            modes=frozenset({"plain", "workers"}),
+            refused="Ray replicas are not traced yet",
         ),
         Option(
             ("--drain-delay-s",),
