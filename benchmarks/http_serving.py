@@ -4,6 +4,9 @@ One command (creates the virtualenvs under ``benchmarks/.venvs/`` when missing):
 
     python3 benchmarks/http_serving.py               # everything: ~25 min
     python3 benchmarks/http_serving.py --duration 3 --warmup 1 --contenders mosec fastapi
+    # the cost of Server-Timing: compare server CPU/request of these two
+    python3 benchmarks/http_serving.py --contenders microbatch microbatch-no-timing \
+        --workloads scalar --levels 64 --name server_timing
 
 Needs ``wrk`` (``apt-get install -y wrk``) and, for the plot, matplotlib in the
 interpreter that runs this script (``.venv-bench/bin/pip install matplotlib``; the
@@ -88,6 +91,14 @@ CONTENDERS = {
             settings="as microbatch, with `serve --workers 2`: two HTTP processes in front "
             "of the one Service (still 1 model worker)",
             options=("--workers", "2"),
+            venv_name="microbatch",
+        ),
+        replace(
+            MICROBATCH,
+            name="microbatch-no-timing",
+            settings="as microbatch, with `--no-server-timing`: the CPU per request of the "
+            "Server-Timing header is the difference to microbatch (issue 19: within 5%)",
+            options=("--no-server-timing",),
             venv_name="microbatch",
         ),
         Contender(
@@ -427,7 +438,8 @@ def plot(report: dict[str, Any], path: Path) -> bool:
 def parse_args() -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
+    default = [name for name in CONTENDERS if name != "microbatch-no-timing"]
+    parser.add_argument("--contenders", nargs="+", default=default, choices=CONTENDERS)
     parser.add_argument(
         "--workloads",
         nargs="+",

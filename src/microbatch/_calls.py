@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 from ._queue import Pending
+from .timing import Timing
 
 __all__ = ["PENDING", "Call", "Entry", "LoopCall", "ThreadCall"]
 
@@ -62,11 +63,12 @@ class ThreadCall(Call):
 class LoopCall(Call):
     """A caller awaiting in :meth:`CooperativeBatcher.asubmit` on ``loop``."""
 
-    __slots__ = ("answered", "future", "loop")
+    __slots__ = ("answered", "future", "loop", "timing")
 
     def __init__(self, deadline: float | None, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(deadline)
         self.loop = loop
+        self.timing: Timing | None = None  # the caller's record, when it wants one
         self.future: asyncio.Future[Any] = loop.create_future()
         self.answered = False
 

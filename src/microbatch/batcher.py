@@ -30,6 +30,7 @@ from .errors import BatcherClosed, DeadlineExceeded, MicrobatchError
 from .execution import settle
 from .policy import Policy
 from .stats import BatcherStats
+from .timing import Timing
 from .types import BatchDone, BatchJob, BatchRunner
 
 __all__ = ["Batcher"]
@@ -45,7 +46,7 @@ BatchFunction = (
 class _Entry(Pending):
     """One queued item, its deadline and the future its caller awaits."""
 
-    __slots__ = ("deadline", "future", "index", "item", "job", "timer")
+    __slots__ = ("deadline", "future", "index", "item", "job", "timer", "timing")
 
     def __init__(
         self,
@@ -62,6 +63,7 @@ class _Entry(Pending):
         self.timer: Timer | None = None
         self.job: BatchJob | None = None  # while its batch is at the runner
         self.index = 0  # its place in that batch
+        self.timing: Timing | None = None  # the caller's record, when it wants one
 
     def unwanted(self) -> None:
         """Tell the runner holding this entry's batch that nobody waits for it."""
@@ -154,6 +156,8 @@ class Batcher(Generic[T, R]):
         self._deadlines: DeadlineWatch[_Entry] = DeadlineWatch(self._clock, self._expire)
         self._loop_ref: weakref.ref[asyncio.AbstractEventLoop] | None = None
         self._max_queue = self.config.max_queue
+        self.name: str = getattr(fn, "__name__", "") if fn is not None else ""
+        """Recorded in a :class:`~microbatch.timing.Timing` (when its stage is unset)."""
 
     @property
     def policy(self) -> Policy:
@@ -163,7 +167,12 @@ class Batcher(Generic[T, R]):
     # -- calling -----------------------------------------------------------------
 
     async def submit(
-        self, item: T, *, timeout_s: float | None = None, deadline: float | None = None
+        self,
+        item: T,
+        *,
+        timeout_s: float | None = None,
+        deadline: float | None = None,
+        timing: Timing | None = None,
     ) -> R:
         """Queue one item and wait for its own result.
 
@@ -171,6 +180,8 @@ class Batcher(Generic[T, R]):
             item: The item (with ``rows``: a sequence of rows).
             timeout_s: Give up after this many seconds (default: ``config.timeout_s``).
             deadline: Give up at this ``time.monotonic()`` time.
+            timing: A record to append this batch's timing to (queued, behind a
+                running batch, model time, batch size), when the item's batch ran.
 
         Raises:
             Overloaded: The queue is full; nothing was queued.
@@ -187,11 +198,12 @@ class Batcher(Generic[T, R]):
             due = intake.deadline(timeout_s, deadline)  # the one place it is worked out
             parts = intake.parts(item)
             if len(parts) > 1:
-                return await self._submit_parts(parts, due)  # type: ignore[no-any-return]
+                return await self._submit_parts(parts, due, timing)  # type: ignore[no-any-return]
             loop = self._bind()
             intake.admit(1, due)
             part = parts[0]
             entry = self._enqueue(loop, part.item, part.units, due, part)
+        entry.timing = timing
         try:
             return await entry.future  # type: ignore[no-any-return]
         except asyncio.CancelledError:
@@ -204,7 +216,9 @@ class Batcher(Generic[T, R]):
         rows, ``size_fn`` or ``cost_fn``) and have no default timeout."""
         return self._intake.plain
 
-    def submit_nowait(self, item: T, *, deadline: float | None = None) -> asyncio.Future[R]:
+    def submit_nowait(
+        self, item: T, *, deadline: float | None = None, timing: Timing | None = None
+    ) -> asyncio.Future[R]:
         """:meth:`submit` without a coroutine, for a caller on the event loop that
         would otherwise make a task per item: queue the item now and return the
         future of its result. Cancelling the future withdraws the item.
@@ -217,6 +231,7 @@ class Batcher(Generic[T, R]):
         if not self._intake.plain:
             raise TypeError("submit_nowait() needs items without rows, size_fn, cost_fn or timeout")
         entry = self._enqueue_plain(item, deadline)
+        entry.timing = timing
         entry.future.add_done_callback(partial(self._settled, entry))
         return entry.future
 
@@ -308,10 +323,13 @@ class Batcher(Generic[T, R]):
         self._dispatch_soon = False
         self._dispatch()
 
-    async def _submit_parts(self, parts: list[Part], deadline: float | None) -> Any:
+    async def _submit_parts(
+        self, parts: list[Part], deadline: float | None, timing: Timing | None
+    ) -> Any:
         loop = self._bind()
         self._intake.admit(len(parts), deadline)
         entries = [self._enqueue(loop, part.item, part.units, deadline, part) for part in parts]
+        entries[0].timing = timing  # the first part's batch speaks for the item
         try:
             outcomes = await asyncio.gather(
                 *(entry.future for entry in entries), return_exceptions=True
@@ -408,11 +426,11 @@ class Batcher(Generic[T, R]):
     def _release(self, now: float) -> None:
         batch, units = self._queue.take(now)
         self._handed[id(batch)] = units
-        task = asyncio.get_running_loop().create_task(self._run(batch, units))
+        task = asyncio.get_running_loop().create_task(self._run(batch, units, now))
         self._tasks.add(task)  # the loop keeps only a weak reference to tasks
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, batch: list[_Entry], units: int) -> None:
+    async def _run(self, batch: list[_Entry], units: int, released: float) -> None:
         """Hand one batch to the runner and settle every future in it."""
         job = BatchJob(
             [entry.item for entry in batch],
@@ -429,11 +447,11 @@ class Batcher(Generic[T, R]):
             if not isinstance(exc, Exception):
                 raise
         else:
-            self._settle_batch(batch, done)
+            self._settle_batch(batch, done, released)
         finally:
             self._batch_done(batch)
 
-    def _settle_batch(self, batch: list[_Entry], done: BatchDone) -> None:
+    def _settle_batch(self, batch: list[_Entry], done: BatchDone, released: float) -> None:
         started, finished = done.started_s, done.finished_s
         duration = None
         if started is not None and finished is not None and done.units > 0:
@@ -444,10 +462,15 @@ class Batcher(Generic[T, R]):
         if len(outcomes) != len(batch):
             self._abort(batch, MicrobatchError(f"{len(outcomes)} outcomes for {len(batch)}"))
             return
+        timed: list[_Entry] | None = None
         for entry, outcome in zip(batch, outcomes, strict=True):
             future = entry.future
             if future.done():
                 continue
+            if entry.timing is not None and started is not None and finished is not None:
+                if timed is None:
+                    timed = []
+                timed.append(entry)
             if isinstance(outcome, BaseException):
                 # A runner that left an item out at its deadline (by its own clock,
                 # a moment before the batcher's timer) answers it as expired.
@@ -458,6 +481,31 @@ class Batcher(Generic[T, R]):
                 future.set_exception(outcome)
             else:
                 future.set_result(outcome)
+        if timed is not None:  # the futures' callbacks run later: in time to read it
+            self._record_timings(timed, batch, done, released)
+
+    def _record_timings(
+        self, timed: list[_Entry], batch: list[_Entry], done: BatchDone, released: float
+    ) -> None:
+        """Append this batch's part in each timed entry's request to its record, and
+        trace the batch when any of them is traced."""
+        started, finished = done.started_s, done.finished_s
+        assert started is not None and finished is not None
+        cost = None
+        if self.config.cost_fn is not None:
+            cost = sum(entry.cost for entry in batch)
+        size = done.units or sum(entry.size for entry in batch)
+        behind, model = max(started - released, 0.0), finished - started
+        traced = []
+        for entry in timed:
+            timing = entry.timing
+            assert timing is not None
+            timing.record(self.name, max(released - entry.arrival, 0.0), behind, model, size, cost)
+            if timing.span is not None:
+                traced.append((timing, entry.arrival))
+        if traced:
+            stage = traced[0][0].stages[-1].stage
+            traced[0][0].tracer.batch(stage, started, finished, size, cost, traced)
 
     def _abort(self, batch: list[_Entry], error: BaseException) -> None:
         for entry in batch:

@@ -41,6 +41,7 @@ from .execution import run_batch
 from .merge import merged
 from .policy import Policy
 from .stats import BatcherStats
+from .timing import Timing
 
 __all__ = ["CooperativeBatcher"]
 
@@ -159,17 +160,24 @@ class CooperativeBatcher(Generic[T, R]):
         return intake.result([entry.outcome for entry in entries])  # type: ignore[no-any-return]
 
     async def asubmit(
-        self, item: T, *, timeout_s: float | None = None, deadline: float | None = None
+        self,
+        item: T,
+        *,
+        timeout_s: float | None = None,
+        deadline: float | None = None,
+        timing: Timing | None = None,
     ) -> R:
         """Queue one item from asyncio code, in the same queue as the threads'; the
         batch runs in a thread (a blocked caller's or a pool thread), never in the
-        event loop. Raises as :meth:`submit`."""
+        event loop. Raises as :meth:`submit`. ``timing`` gets this batch's entry
+        (see :mod:`microbatch.timing`); its first part's batch speaks for it."""
         intake = self._intake
         if intake.plain and timeout_s is None and deadline is None:
             due, parts = None, [Part(item, 1, 1.0, 1.0, 1)]  # nothing to work out
         else:
             due, parts = intake.deadline(timeout_s, deadline), intake.parts(item)
         call = _LoopCall(due, asyncio.get_running_loop())
+        call.timing = timing
         with self._lock:
             self._enqueue(call, parts)
             if self._leader is None:
@@ -452,11 +460,44 @@ class CooperativeBatcher(Generic[T, R]):
         self._policy.batch_finished(units, end - start)
         failed = () if memory is None else memory.failed
         self._intake.finished(batch, failed, end - start)
+        timed: list[_Entry] | None = None
         for entry, outcome in zip(batch, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 self._stats.failed += 1
+            call = entry.call
+            if isinstance(call, _LoopCall) and call.timing is not None:
+                if timed is None:
+                    timed = []
+                timed.append(entry)
             self._settle(entry, outcome)
+        if timed is not None:
+            self._record_timings(timed, batch, start, end, units)
         self._settled_some()
+
+    def _record_timings(
+        self, timed: list[_Entry], batch: list[_Entry], start: float, end: float, units: int
+    ) -> None:
+        """Append the batch's part in each timed entry's request to its record (its
+        first part's batch speaks for the request; a batch here starts as it is
+        taken), and trace the batch when any of them is traced."""
+        cost = None
+        if self.config.cost_fn is not None:
+            cost = sum(other.cost for other in batch)
+        name = getattr(self._fn, "__name__", "")
+        traced = []
+        for entry in timed:
+            call = entry.call
+            assert isinstance(call, _LoopCall) and call.timing is not None
+            if entry is not call.entries[0]:
+                continue
+            timing = call.timing
+            timing.record(name, max(start - entry.arrival, 0.0), 0.0, end - start, units, cost)
+            if timing.span is not None:
+                traced.append((timing, entry.arrival))
+        if traced:
+            traced[0][0].tracer.batch(
+                traced[0][0].stages[-1].stage, start, end, units, cost, traced
+            )
 
     # -- settling (lock held) ----------------------------------------------------
 

@@ -25,6 +25,7 @@ from .cooperative import CooperativeBatcher
 from .execution import is_async_callable
 from .policy import QueueState
 from .stats import BatcherStats, ServiceStats, StageStats, StatsRecorder
+from .timing import Timing
 from .types import Route
 
 if TYPE_CHECKING:
@@ -213,13 +214,20 @@ class AsyncBatchedFunction(_Served, Generic[T, R]):
         return await self._batchers.current().submit(item, timeout_s=timeout_s, deadline=deadline)
 
     async def submit(
-        self, item: T, *, deadline: float | None = None, route: str | None = None
+        self,
+        item: T,
+        *,
+        deadline: float | None = None,
+        route: str | None = None,
+        timing: Timing | None = None,
     ) -> R:
         """The Servable entry: one item, its result; ``deadline`` is final, and a
-        function has no routes (KeyError)."""
+        function has no routes (KeyError). ``timing`` gets the batch's entry."""
         _no_route(route)
         batcher = self._batchers.current()
-        return await batcher.submit(item, timeout_s=_final(deadline), deadline=deadline)
+        return await batcher.submit(
+            item, timeout_s=_final(deadline), deadline=deadline, timing=timing
+        )
 
     @property
     def batcher(self) -> Batcher[T, R]:
@@ -276,11 +284,19 @@ class SyncBatchedFunction(_Served, Generic[T, R]):
         return await self._batcher.asubmit(item, timeout_s=timeout_s, deadline=deadline)
 
     async def submit(
-        self, item: T, *, deadline: float | None = None, route: str | None = None
+        self,
+        item: T,
+        *,
+        deadline: float | None = None,
+        route: str | None = None,
+        timing: Timing | None = None,
     ) -> R:
-        """The Servable entry: :meth:`acall` with a final ``deadline``; no routes."""
+        """The Servable entry: :meth:`acall` with a final ``deadline``; no routes;
+        ``timing`` gets the batch's entry."""
         _no_route(route)
-        return await self._batcher.asubmit(item, timeout_s=_final(deadline), deadline=deadline)
+        return await self._batcher.asubmit(
+            item, timeout_s=_final(deadline), deadline=deadline, timing=timing
+        )
 
     @property
     def batcher(self) -> CooperativeBatcher[T, R]:

@@ -131,6 +131,12 @@ class Servable(Protocol[T_contra, R_co]):
             item: The item, already decoded and validated.
             deadline: A ``time.monotonic()`` time, from :func:`deadline_from`.
             route: One of :attr:`routes`, or None for the whole model.
+
+        A servable may also take ``timing=`` (a :class:`~microbatch.timing.Timing`
+        record, default None) and append one entry per batch the item went
+        through: front doors pass it (for ``Server-Timing``) only where
+        :func:`~microbatch.timing.accepts_timing` says so. Every in-tree servable
+        does; one without it still works, without per-request timings.
         """
 
     def stats(self) -> ServiceStats:

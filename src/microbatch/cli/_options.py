@@ -284,6 +284,24 @@ SERVE = Command(
             action="store_true",
         ),
         Option(
+            ("--no-server-timing",),
+            "leave out the Server-Timing header (queued, behind a running batch, model "
+            "time and batch size per stage) of predict responses",
+            default=False,
+            action="store_true",
+            modes=frozenset({"plain", "workers"}),
+            refused="Ray Serve's proxy answers without Server-Timing",
+        ),
+        Option(
+            ("--otel",),
+            "trace requests, stages and batches with OpenTelemetry (microbatch[otel]; "
+            "exporter from OTEL_TRACES_EXPORTER: console, the default, or otlp)",
+            default=False,
+            action="store_true",
+            modes=frozenset({"plain", "workers"}),
+            refused="Ray replicas are not traced yet",
+        ),
+        Option(
             ("--drain-delay-s",),
             "on SIGTERM, readiness answers 503 at once while requests are still served "
             "for this long, then the graceful shutdown (Kubernetes: a few seconds)",

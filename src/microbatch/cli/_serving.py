@@ -38,6 +38,8 @@ def http_config(options: Parsed) -> HttpConfig:
         body_timeout_s=options.body_timeout_s,
         auth_token=options.auth_token or None,
         access_log=options.access_log,
+        server_timing=not options.no_server_timing,
+        tracing=options.otel,
         api_title=options.api_title or None,
         api_version=options.api_version or None,
     )

@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -24,6 +24,10 @@ from .. import __version__
 from ..inference import InferenceModel
 from ..loading import as_servable
 from ..logs import current_request_id
+from ..timing import SERVER_TIMING_HEADER
+
+if TYPE_CHECKING:
+    from ..tracing import Tracer
 from ..types import Servable, StreamingServable, deadline_from
 from .access_log import log_access, log_access_line
 from .asgi import (
@@ -91,6 +95,11 @@ class HttpConfig:
         access_log: Log one line per request on ``microbatch.access``.
         api_title: The OpenAPI document's title (default: the served model's name).
         api_version: The OpenAPI document's version (default: microbatch's).
+        server_timing: Tell each predict response's ``Server-Timing`` (queued, behind
+            a running batch, model time and batch size, per stage).
+        tracing: Trace every predict request with OpenTelemetry (needs
+            ``microbatch[otel]``; spans go to the global tracer provider, see
+            :mod:`microbatch.tracing`).
 
     Raises:
         ValueError: A setting is out of range; the message names it and its value.
@@ -103,6 +112,8 @@ class HttpConfig:
     access_log: bool = False
     api_title: str | None = None
     api_version: str | None = None
+    server_timing: bool = True
+    tracing: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_body_bytes, int) or self.max_body_bytes < 1:
@@ -126,12 +137,25 @@ class HttpApp:
         servable: The served model: a Service, a batched function, or anything else
             that speaks the contract (see :func:`app`).
         config: Limits, timeouts and the bearer token.
+        tracer: Trace predict requests with this :class:`~microbatch.tracing.Tracer`
+            (default: one on the global provider when ``config.tracing``).
     """
 
-    def __init__(self, servable: Servable[Any, Any], config: HttpConfig | None = None) -> None:
+    def __init__(
+        self,
+        servable: Servable[Any, Any],
+        config: HttpConfig | None = None,
+        *,
+        tracer: Tracer | None = None,
+    ) -> None:
         self.servable = servable
         target = servable
         self.config = config if config is not None else HttpConfig()
+        if tracer is None and self.config.tracing:
+            from ..tracing import configure  # imports OpenTelemetry: only here
+
+            tracer = configure()
+        self.tracer = tracer
         self.metrics = HttpMetrics(target.stats)
         self.openapi = openapi_document(
             self.config.api_title or target.name,
@@ -196,6 +220,8 @@ class HttpApp:
             "/predict" if route is None else f"/predict/{route}",
             self._request_ids.for_request,
             self._errors.failed,
+            self.config.server_timing,
+            self.tracer,
         )
 
     def native_predictors(self) -> dict[str, Predictor]:
@@ -299,8 +325,15 @@ class HttpApp:
         predictor = self._predictors["/predict" if route is None else f"/predict/{route}"]
         deadline, decode, encoder = predictor.check(scope["headers"], authorize=False)
         item = decode(await self._read_body(scope, receive))
-        result = await self._result(scope, item, deadline, receive, route)
-        await send_response(send, 200, encode_result(encoder, result), encoder.media_type)
+        timing = predictor.timing(scope["headers"])
+        submitted = predictor.submit_item(item, deadline, timing)
+        result = await self._result(scope, submitted, receive)
+        body = encode_result(encoder, result)
+        if timing is None or not timing.told:
+            await send_response(send, 200, body, encoder.media_type)
+        else:
+            told = timing.header(time.monotonic()).encode("ascii")
+            await send_response(send, 200, body, encoder.media_type, [(SERVER_TIMING_HEADER, told)])
         return 200
 
     async def _stream(
@@ -378,13 +411,11 @@ class HttpApp:
                 f"the body did not arrive within {self.config.body_timeout_s} s"
             ) from None
 
-    async def _result(
-        self, scope: Scope, item: Any, deadline: float | None, receive: Receive, route: str | None
-    ) -> Any:
+    async def _result(self, scope: Scope, submitted: Awaitable[Any], receive: Receive) -> Any:
         """Await the item's result; a client that disconnects first cancels it."""
         disconnect = extension(scope, DISCONNECT_EXTENSION)
         if disconnect is None:
-            return await self._watched_result(item, deadline, receive, route)
+            return await self._watched_result(submitted, receive)
         task = asyncio.current_task()
         assert task is not None
         waiting, gone = True, False
@@ -397,7 +428,7 @@ class HttpApp:
 
         disconnect["register"](cancel)
         try:
-            return await self.servable.submit(item, deadline=deadline, route=route)
+            return await submitted
         except asyncio.CancelledError:
             if not gone:
                 raise
@@ -407,13 +438,11 @@ class HttpApp:
         finally:
             waiting = False
 
-    async def _watched_result(
-        self, item: Any, deadline: float | None, receive: Receive, route: str | None
-    ) -> Any:
+    async def _watched_result(self, awaited: Awaitable[Any], receive: Receive) -> Any:
         """:meth:`_result` under a server without the disconnect extension: a task
         watches ``receive()`` for the disconnect."""
         loop = asyncio.get_running_loop()
-        submitted = loop.create_task(self.servable.submit(item, deadline=deadline, route=route))
+        submitted = loop.create_task(_awaited(awaited))
         watcher = loop.create_task(_cancel_on_disconnect(receive, submitted))
         try:
             return await submitted
@@ -474,6 +503,11 @@ async def _receive_body(receive: Receive, limit: int) -> bytes:
     if received > limit:
         raise BodyTooLarge(f"the body is over the limit of {limit} bytes")
     return b"".join(chunks)
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    """``awaitable``'s result, as a coroutine (a task needs one)."""
+    return await awaitable
 
 
 async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any]) -> None:

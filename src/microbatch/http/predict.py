@@ -17,8 +17,9 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from ..timing import Timing, accepts_timing
 from ..types import Servable, deadline_from
 from .codecs import JSON, Codec, Decoder, codec_for_accept, codec_for_content_type
 from .status import (
@@ -30,6 +31,9 @@ from .status import (
     UnencodableResult,
     error_reply,
 )
+
+if TYPE_CHECKING:
+    from ..tracing import Tracer
 
 __all__ = [
     "TIMEOUT_HEADER",
@@ -81,6 +85,9 @@ class Predictor:
             :class:`~.request_id.RequestIds`).
         failed: Logs a server error under its request id (the app's
             :class:`~.error_log.RepeatedErrorLog`).
+        server_timing: Answer with ``Server-Timing`` (when the servable's ``submit``
+            takes a ``timing`` record).
+        tracer: Trace each request (see :mod:`microbatch.tracing`), or None.
     """
 
     __slots__ = (
@@ -92,11 +99,14 @@ class Predictor:
         "_default_timeout_s",
         "_submit",
         "_submit_nowait",
+        "_tells",
+        "_tracer",
         "failed",
         "label",
         "max_body_bytes",
         "request_id",
         "route",
+        "timed",
     )
 
     def __init__(
@@ -111,14 +121,20 @@ class Predictor:
         label: str,
         request_id: Callable[[bytes | None], str],
         failed: Callable[[str, BaseException], None],
+        server_timing: bool = True,
+        tracer: Tracer | None = None,
     ) -> None:
         self._app = app
-        self._submit = servable.submit
+        # Any: a servable's submit takes ``timing`` only where accepts_timing() says so
+        self._submit: Callable[..., Awaitable[Any]] = servable.submit
         # A servable that can queue an item without a coroutine (a Service) spares
         # the front a task per request.
         self._submit_nowait: Callable[..., asyncio.Future[Any] | None] | None = getattr(
             servable, "submit_nowait", None
         )
+        self._tells = server_timing
+        self._tracer = tracer
+        self.timed = (server_timing or tracer is not None) and accepts_timing(servable)
         self.route = route
         self._decoders = decoders
         self._default_timeout_s = default_timeout_s
@@ -188,10 +204,23 @@ class Predictor:
                 raise BodyTooLarge(f"the body has {size} bytes; the limit is {self.max_body_bytes}")
         return Checked(deadline, decode, encoder)
 
-    def submit(self, checked: Checked, body: bytes) -> Awaitable[Any]:
-        """Decode the body (4xx here, before any queue) and submit the item: an
+    def timing(self, headers: RawHeaders = ()) -> Timing | None:
+        """A new record for one request's ``Server-Timing`` and trace (its span
+        started, a child of the ``traceparent`` in ``headers``), or None when this
+        route does neither."""
+        if not self.timed:
+            return None
+        timing = Timing(time.monotonic())
+        if self._tracer is not None:
+            timing.told = self._tells
+            self._tracer.start_request(timing, "POST " + self.label, headers)
+        return timing
+
+    def submit(self, checked: Checked, body: bytes, timing: Timing | None = None) -> Awaitable[Any]:
+        """Decode the body (4xx here, before any queue) and submit the item (with
+        ``timing``, from :meth:`timing`, for its ``Server-Timing``): an
         :class:`asyncio.Future` where the servable queued it at once (the caller adds
-        a callback and cancels it if the client leaves), else a coroutine to await.
+        a callback and cancels it if the client leaves), else an awaitable.
 
         Raises:
             msgspec.DecodeError: The body is malformed (400).
@@ -199,11 +228,25 @@ class Predictor:
         """
         item = checked.decode(body)
         nowait = self._submit_nowait
-        if nowait is not None:
-            future = nowait(item, deadline=checked.deadline, route=self.route)
+        if nowait is not None and (timing is None or timing.span is None):
+            # queued at once, no coroutine (a traced request's span needs one)
+            future = (
+                nowait(item, deadline=checked.deadline, route=self.route)
+                if timing is None
+                else nowait(item, deadline=checked.deadline, route=self.route, timing=timing)
+            )
             if future is not None:
                 return future
-        return self._submit(item, deadline=checked.deadline, route=self.route)
+        return self.submit_item(item, checked.deadline, timing)
+
+    def submit_item(
+        self, item: Any, deadline: float | None, timing: Timing | None = None
+    ) -> Awaitable[Any]:
+        """Submit a decoded item (``timing`` only where :attr:`timed`)."""
+        if timing is None:
+            return self._submit(item, deadline=deadline, route=self.route)
+        submitted = self._submit(item, deadline=deadline, route=self.route, timing=timing)
+        return submitted if timing.span is None else timing.tracer.traced(submitted, timing)
 
 
 _REMEMBERED = 32

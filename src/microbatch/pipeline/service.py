@@ -15,6 +15,7 @@ from ..errors import BatcherClosed, Overloaded, StageFailed
 from ..policy import QueueState
 from ..stats import ServiceStats, StageStats, StatsRecorder
 from ..streams import Channel, iterate_from_thread
+from ..timing import Timing
 from ..types import BatchDone, BatchJob, Route, deadline_from
 from .model import Model, StepModel
 from .pool import ProcessPool
@@ -199,6 +200,7 @@ class Service(Generic[T, R]):
         deadline: float | None = None,
         route: str | None = None,
         timeout_s: float | None = None,
+        timing: Timing | None = None,
     ) -> R:
         """Run one item through every stage (or through the stage named ``route``
         alone: its input in, its output out); return its result.
@@ -209,6 +211,8 @@ class Service(Generic[T, R]):
             route: The name of one stage (see :attr:`routes`), or None for all.
             timeout_s: Give up after this many seconds (for in-process callers; the
                 earlier of the two counts).
+            timing: A record each batched stage appends its entry to (see
+                :mod:`microbatch.timing`), or None.
 
         Raises:
             BatcherClosed: The service is not started, or shutting down.
@@ -231,7 +235,13 @@ class Service(Generic[T, R]):
             for index in steps:
                 streaming = self._streaming.get(index)
                 if streaming is None:
-                    result = await self._batchers[index].submit(result, deadline=deadline)
+                    if timing is None:
+                        result = await self._batchers[index].submit(result, deadline=deadline)
+                    else:
+                        timing.stage = self.stages[index].name
+                        result = await self._batchers[index].submit(
+                            result, deadline=deadline, timing=timing
+                        )
                 else:  # a streaming stage's result: the list of its chunks
                     result = [chunk async for chunk in streaming.open(result, deadline=deadline)]
             return result  # type: ignore[no-any-return]
@@ -239,7 +249,12 @@ class Service(Generic[T, R]):
             self._left()
 
     def submit_nowait(
-        self, item: T, *, deadline: float | None = None, route: str | None = None
+        self,
+        item: T,
+        *,
+        deadline: float | None = None,
+        route: str | None = None,
+        timing: Timing | None = None,
     ) -> asyncio.Future[R] | None:
         """:meth:`submit` without a coroutine, for a front that would otherwise make
         a task per request: the future of the item's result, or None where the route
@@ -256,7 +271,9 @@ class Service(Generic[T, R]):
         batcher = self._batchers[index]
         if index in self._streaming or not batcher.accepts_nowait:
             return None
-        future = batcher.submit_nowait(item, deadline=deadline)
+        if timing is not None:
+            timing.stage = self.stages[index].name
+        future = batcher.submit_nowait(item, deadline=deadline, timing=timing)
         self._in_flight += 1
         future.add_done_callback(self._settled)
         return future

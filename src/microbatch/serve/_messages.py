@@ -22,6 +22,7 @@ from typing import Any
 
 from ..http.metrics import RequestCounts
 from ..stats import ServiceStats
+from ..timing import StageTiming
 
 __all__ = [
     "STATE_INTERVAL_S",
@@ -64,15 +65,20 @@ class Submit:
             every process of the machine shares), worked out where the request
             entered; or None.
         route: One of the service's routes, or None for the whole model.
+        timed: Whether the caller wants the item's stage timings back (``Server-Timing``).
+        traceparent: The W3C ``traceparent`` of the front's request span, when traced.
     """
 
     request_id: int
     item: bytes
     deadline: float | None
     route: str | None
+    timed: bool = False
+    traceparent: str = ""
 
     def __reduce__(self) -> _Reduced:
-        return Submit, (self.request_id, self.item, self.deadline, self.route)
+        fields = (self.request_id, self.item, self.deadline, self.route, self.timed)
+        return Submit, (*fields, self.traceparent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,13 +104,15 @@ class Counts:
 @dataclass(frozen=True, slots=True)
 class Result:
     """The outcome of one item: its result or its error, packed by
-    :func:`.relay.pack_outcome`."""
+    :func:`.relay.pack_outcome`; with the item's stage timings when it was
+    submitted ``timed``."""
 
     request_id: int
     outcome: bytes
+    stages: tuple[StageTiming, ...] = ()
 
     def __reduce__(self) -> _Reduced:
-        return Result, (self.request_id, self.outcome)
+        return Result, (self.request_id, self.outcome, self.stages)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ import signal
 import socket
 import time
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvloop
 
@@ -36,6 +36,9 @@ from ..types import Servable
 from .front import RelayTarget
 from .hub import Hub
 from .server import ServeSettings, bind, listen_url, quiet_garbage_collector, serve
+
+if TYPE_CHECKING:
+    from ..tracing import Tracer
 
 __all__ = ["run_front", "serve_workers"]
 
@@ -111,7 +114,7 @@ class _HubProcess:
         self.settings = settings
         self.count = count
         self.listener = listener
-        self.hub = Hub(target)
+        self.hub = Hub(target, _tracer(config))
         self._processes: dict[int, BaseProcess] = {}
         self._exits: dict[int, asyncio.Future[None]] = {}
         self._pauses = [0.0] * count
@@ -238,3 +241,12 @@ class _HubProcess:
                 process.kill()
         if late:
             await asyncio.wait(late, timeout=5)
+
+
+def _tracer(config: HttpConfig) -> Tracer | None:
+    """The hub's tracer under ``--otel`` (the fronts make their own), else None."""
+    if not config.tracing:
+        return None
+    from ..tracing import configure  # imports OpenTelemetry: only here
+
+    return configure()

@@ -38,6 +38,7 @@ from ..http.codecs import JSON, Codec
 from ..http.predict import Checked, Predictor, encode_result, error_response
 from ..http.request_id import REQUEST_ID_HEADER
 from ..http.status import BodyTooLarge
+from ..timing import Timing
 from .asgi_cycle import AsgiCycle
 from .chunked import TOO_LONG, ChunkedEnd
 from .responses import (
@@ -224,6 +225,7 @@ class HttpConnection(asyncio.Protocol):
         self._task: asyncio.Task[None] | None = None
         self._pending: asyncio.Future[Any] | None = None  # a queued item's result
         self._encoder: Codec = JSON
+        self._timing: Timing | None = None
         self._cycle: AsgiCycle | None = None
         self._ignore_parser = False
 
@@ -495,16 +497,19 @@ class HttpConnection(asyncio.Protocol):
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         self._body = []
         try:
-            pending = predictor.submit(checked, body)
+            timing = predictor.timing(self._headers)
+            pending = predictor.submit(checked, body, timing)
         except Exception as error:
             self._answer_error(error, predictor.label)
             return
         if isinstance(pending, asyncio.Future):  # queued: no task, a callback
             self._pending = pending
             self._encoder = checked.encoder
+            self._timing = timing
             pending.add_done_callback(self._predicted)
             return
-        self._task = self._loop.create_task(self._predict(pending, checked.encoder, predictor))
+        predicted = self._predict(pending, checked.encoder, predictor, timing)
+        self._task = self._loop.create_task(predicted)
 
     # -- the fast path -----------------------------------------------------------
 
@@ -523,9 +528,11 @@ class HttpConnection(asyncio.Protocol):
         except Exception as error:
             self._answer_error(error, predictor.label)
             return
-        self._answer(body, self._encoder, predictor)
+        self._answer(body, self._encoder, predictor, self._timing)
 
-    async def _predict(self, pending: Awaitable[Any], encoder: Codec, predictor: Predictor) -> None:
+    async def _predict(
+        self, pending: Awaitable[Any], encoder: Codec, predictor: Predictor, timing: Timing | None
+    ) -> None:
         try:
             result = await pending
             body = encode_result(encoder, result)
@@ -537,13 +544,17 @@ class HttpConnection(asyncio.Protocol):
             self._answer_error(error, predictor.label)
             return
         self._task = None
-        self._answer(body, encoder, predictor)
+        self._answer(body, encoder, predictor, timing)
 
-    def _answer(self, body: bytes, encoder: Codec, predictor: Predictor) -> None:
+    def _answer(
+        self, body: bytes, encoder: Codec, predictor: Predictor, timing: Timing | None
+    ) -> None:
         """Answer the current request with its encoded result."""
         if self._phase == _CLOSED:
             return
         lines = self._request_id_line() + self._connection_line()
+        if timing is not None:
+            lines += timing.header_line(time.monotonic())
         self._write(ok_head(encoder.media_type, len(body), lines) + body)
         self._record(predictor.label, 200)
         self.response_complete(200)

@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import StageFailed
 from ..http.metrics import RequestCollector
 from ..stats import ServiceStats
+from ..timing import Timing
 from ..types import Route
 from ._messages import STATE_INTERVAL_S, Cancel, Counts, Hello, Result, State, Submit
 from .relay import Channel, pack_item, unpack_outcome
@@ -57,7 +58,7 @@ class RelayTarget:
         self._sock = sock
         self._on_hub_lost = on_hub_lost
         self._channel = Channel(self._on_message, self._on_lost)
-        self._waiting: dict[int, asyncio.Future[bytes]] = {}
+        self._waiting: dict[int, asyncio.Future[Result]] = {}
         self._ids = itertools.count()
         self._ready = False
         self._stats: ServiceStats | None = None
@@ -89,23 +90,32 @@ class RelayTarget:
         self._channel.close()
 
     async def submit(
-        self, item: Any, *, deadline: float | None = None, route: str | None = None
+        self,
+        item: Any,
+        *,
+        deadline: float | None = None,
+        route: str | None = None,
+        timing: Timing | None = None,
     ) -> Any:
-        """Send the item to the hub; return its result or raise its error."""
+        """Send the item to the hub; return its result or raise its error. The hub's
+        stage timings are appended to ``timing``, when given."""
         if not self._channel.open:
             raise StageFailed("the serving process is gone")
         request_id = next(self._ids)
         answer = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = answer
         packed = pack_item(item)
-        self._channel.post(Submit(request_id, packed, deadline, route))
+        traced = "" if timing is None or timing.span is None else timing.tracer.traceparent(timing)
+        self._channel.post(Submit(request_id, packed, deadline, route, timing is not None, traced))
         try:
-            packed = await answer
+            result: Result = await answer
         except asyncio.CancelledError:
             if self._waiting.pop(request_id, None) is not None:
                 self._channel.post(Cancel(request_id))
             raise
-        return unpack_outcome(packed)
+        if timing is not None:
+            timing.stages.extend(result.stages)
+        return unpack_outcome(result.outcome)
 
     def stats(self) -> ServiceStats:
         """The service's stats, as the hub last told them."""
@@ -115,7 +125,7 @@ class RelayTarget:
         if isinstance(message, Result):
             answer = self._waiting.pop(message.request_id, None)
             if answer is not None and not answer.done():
-                answer.set_result(message.outcome)
+                answer.set_result(message)
         elif isinstance(message, State):
             self._ready, self._stats = message.ready, message.stats
             if self.requests is not None:

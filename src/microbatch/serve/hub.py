@@ -13,12 +13,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..http.metrics import RequestCounts
+from ..timing import Timing, accepts_timing
 from ..types import Servable
 from ._messages import STATE_INTERVAL_S, Cancel, Counts, Hello, Result, State, Submit
+
+if TYPE_CHECKING:
+    from ..tracing import Tracer
 from .relay import Channel, pack_outcome, unpack_item
 
 __all__ = ["Hub"]
@@ -31,10 +36,14 @@ class Hub:
 
     Args:
         target: The started Service (or batched function) to feed.
+        tracer: Traces the items the fronts send traced (their ``traceparent``):
+            a span per item, a child of the front's request span, and the batches.
     """
 
-    def __init__(self, target: Servable[Any, Any]) -> None:
+    def __init__(self, target: Servable[Any, Any], tracer: Tracer | None = None) -> None:
         self.target = target
+        self.tracer = tracer
+        self.takes_timing = accepts_timing(target)
         self.serving = False  # every front is up
         self.draining = False
         self._links: dict[int, _FrontLink] = {}
@@ -130,15 +139,30 @@ class _FrontLink:
         except Exception as error:
             self.channel.post(Result(request_id, pack_outcome(False, error)))
             return
-        task = asyncio.get_running_loop().create_task(
-            self.hub.target.submit(item, deadline=message.deadline, route=message.route)
-        )
+        target: Any = self.hub.target  # its submit takes timing where accepts_timing says
+        if message.timed and self.hub.takes_timing:
+            record = Timing(time.monotonic())
+            timing: Timing | None = record
+            tracer = self.hub.tracer
+            if message.traceparent and tracer is not None:
+                parent = ((b"traceparent", message.traceparent.encode("latin-1")),)
+                tracer.start_request(record, "microbatch hub", parent)
+            submitted = target.submit(
+                item, deadline=message.deadline, route=message.route, timing=timing
+            )
+        else:
+            timing = None
+            submitted = target.submit(item, deadline=message.deadline, route=message.route)
+        task = asyncio.get_running_loop().create_task(submitted)
         self.tasks[request_id] = task
-        task.add_done_callback(partial(self._finished, request_id))
+        task.add_done_callback(partial(self._finished, request_id, timing))
 
-    def _finished(self, request_id: int, task: asyncio.Task[Any]) -> None:
+    def _finished(self, request_id: int, timing: Timing | None, task: asyncio.Task[Any]) -> None:
+        if timing is not None and timing.span is not None:
+            timing.tracer.end_request(timing, None if task.cancelled() else task.exception())
         if self.tasks.pop(request_id, None) is None or task.cancelled():
             return  # the front asked to cancel it, or is gone
         error = task.exception()
         outcome = pack_outcome(True, task.result()) if error is None else pack_outcome(False, error)
-        self.channel.post(Result(request_id, outcome))
+        stages = () if timing is None else tuple(timing.stages)
+        self.channel.post(Result(request_id, outcome, stages))

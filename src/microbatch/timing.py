@@ -1,0 +1,170 @@
+"""What happened to one request, stage by stage: the record behind ``Server-Timing``.
+
+A front door that wants to tell its caller why a request took what it took makes a
+:class:`Timing` and passes it down with the item (``submit(..., timing=timing)``);
+each batcher the item goes through appends one :class:`StageTiming` when the item's
+batch is done. Nothing is allocated or measured when no record is passed.
+
+:meth:`Timing.header` renders the record as a W3C ``Server-Timing`` value
+(https://www.w3.org/TR/server-timing/), durations in milliseconds::
+
+    embed.queue;dur=1.20, embed.behind;dur=0.31, embed.model;dur=5.04,
+    embed.batch;desc="size=8 cost=412", total;dur=6.90
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+__all__ = [
+    "SERVER_TIMING_HEADER",
+    "StageTiming",
+    "Timing",
+    "accepts_timing",
+    "metric_name",
+]
+
+SERVER_TIMING_HEADER = b"server-timing"
+"""The response header's name, in lower case."""
+
+_NOT_TOKEN = re.compile(r"[^A-Za-z0-9!#$%&'*+.^_`|~-]")
+_NAMES: dict[str, bytes] = {}  # stage name -> metric name, worked out once each
+_STAGE = b'%s.queue;dur=%.2f, %s.behind;dur=%.2f, %s.model;dur=%.2f, %s.batch;desc="size=%d'
+_ONE_STAGE = _STAGE + b'", total;dur=%.2f'
+
+
+def metric_name(stage: str) -> str:
+    """``stage`` as a ``Server-Timing`` metric name (an HTTP token: other characters
+    become ``_``)."""
+    return _NOT_TOKEN.sub("_", stage) or "_"
+
+
+def _metric(stage: str) -> bytes:
+    name = _NAMES.get(stage)
+    if name is None:
+        name = metric_name(stage).encode("ascii")
+        if len(_NAMES) < 1024:  # stage names are the servable's, few; bounded anyway
+            _NAMES[stage] = name
+    return name
+
+
+class StageTiming(NamedTuple):
+    """One stage's part in one request, in seconds.
+
+    Attributes:
+        stage: The stage (or batched function) name.
+        queued_s: From the item's arrival in the stage's queue to its batch's release.
+        behind_s: From the release to the model's start on the batch (waiting behind
+            a running batch, or for a worker).
+        model_s: The model's time on the whole batch.
+        batch_size: The batch's size in batch units (as ``max_batch_size`` counts).
+        batch_cost: The batch's total cost, when the stage has a ``cost_fn``.
+    """
+
+    stage: str
+    queued_s: float
+    behind_s: float
+    model_s: float
+    batch_size: int
+    batch_cost: float | None = None
+
+
+@dataclass(slots=True)
+class Timing:
+    """The mutable per-request record a front door passes down with one item.
+
+    Attributes:
+        start_s: When the request entered (``time.monotonic()`` scale, or the
+            test's clock).
+        stage: The name the next batcher records under (set by a
+            :class:`~microbatch.Service` before each stage; a batched function uses
+            its own name when this is empty).
+        stages: One entry per stage the item went through, in order.
+        span: The request's OpenTelemetry span, when traced (see
+            :mod:`microbatch.tracing`), else None.
+        tracer: The :class:`~microbatch.tracing.Tracer` that made ``span``, else None.
+        told: Whether the response tells it (``Server-Timing``): False for a record
+            kept only for a trace.
+    """
+
+    start_s: float
+    stage: str = ""
+    stages: list[StageTiming] = field(default_factory=list)
+    span: Any = None
+    tracer: Any = None
+    told: bool = True
+
+    def record(
+        self,
+        stage: str,
+        queued_s: float,
+        behind_s: float,
+        model_s: float,
+        batch_size: int,
+        batch_cost: float | None = None,
+    ) -> None:
+        """Append one stage's entry (under :attr:`stage` when it is set)."""
+        name = self.stage or stage
+        self.stages.append(StageTiming(name, queued_s, behind_s, model_s, batch_size, batch_cost))
+
+    def header(self, end_s: float) -> str:
+        """The ``Server-Timing`` value for a response finished at ``end_s``."""
+        return self.header_value(end_s).decode("ascii")
+
+    def header_value(self, end_s: float) -> bytes:
+        """:meth:`header`, as the bytes a response head carries."""
+        total = (end_s - self.start_s) * 1e3
+        if len(self.stages) == 1 and self.stages[0].batch_cost is None:  # the common case
+            entry = self.stages[0]
+            name = _metric(entry.stage)
+            return _ONE_STAGE % (
+                name,
+                entry.queued_s * 1e3,
+                name,
+                entry.behind_s * 1e3,
+                name,
+                entry.model_s * 1e3,
+                name,
+                entry.batch_size,
+                total,
+            )
+        parts = []
+        for entry in self.stages:
+            name = _metric(entry.stage)
+            part = _STAGE % (
+                name,
+                entry.queued_s * 1e3,
+                name,
+                entry.behind_s * 1e3,
+                name,
+                entry.model_s * 1e3,
+                name,
+                entry.batch_size,
+            )
+            if entry.batch_cost is not None:
+                part += b" cost=%s" % f"{entry.batch_cost:g}".encode("ascii")
+            parts.append(part + b'", ')
+        parts.append(b"total;dur=%.2f" % total)
+        return b"".join(parts)
+
+    def header_line(self, end_s: float) -> bytes:
+        """The whole ``server-timing: ...\r\n`` line of an HTTP/1.1 response head
+        (empty when not :attr:`told`)."""
+        if not self.told:
+            return b""
+        return b"server-timing: " + self.header_value(end_s) + b"\r\n"
+
+
+def accepts_timing(servable: Any) -> bool:
+    """Whether ``servable.submit`` takes a ``timing`` keyword (every in-tree servable
+    does; a user's own :class:`~microbatch.types.Servable` need not)."""
+    try:
+        parameters = inspect.signature(servable.submit).parameters
+    except (TypeError, ValueError):
+        return False
+    return "timing" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
