@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from microbatch import Service, Stage
-from microbatch.errors import ItemError
+from microbatch.errors import ItemError, StageFailed
 from microbatch.http.metrics import RequestCollector
 from microbatch.serve.front import RelayTarget
 from microbatch.serve.hub import Hub
@@ -142,3 +142,27 @@ def test_embeddings_under_workers() -> None:
         for text, datum in zip(texts, reply.data, strict=True):
             assert datum.embedding == pytest.approx(expected_vector(text), abs=1e-6)
         assert [model.id for model in client.models.list()] == ["embed"]
+
+
+async def test_when_the_hub_goes_an_open_stream_ends_with_503() -> None:
+    service: Service[str, Any] = Service(Stage(Counter, mode="thread", max_batch_size=4))
+    await service.start()
+    hub = Hub(service)
+    ours, theirs = socket.socketpair()
+    hello = await hub.connect(0, ours)
+    relay = RelayTarget("counter", str, Any, theirs, streaming=[None])
+    await relay.start()
+    await hello
+    try:
+        endless = relay.stream("pid")
+        assert isinstance(await endless.__anext__(), int)
+        hub.close()
+        with pytest.raises(StageFailed, match="the serving process is gone") as caught:
+            async for _ in endless:
+                pass
+        assert caught.value.http_status == 503
+        with pytest.raises(StageFailed):  # a new one fails before its first chunk
+            await relay.stream("a:1").__anext__()
+    finally:
+        await relay.close()
+        await service.close()
