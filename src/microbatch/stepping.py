@@ -13,6 +13,16 @@ of how many are active and waiting): :func:`continuous` fills every free place a
 every step, so arrivals never wait for a long item to finish and running items are
 never pushed out by arrivals; :func:`lockstep` admits only into an empty batch (what
 a generator ``predict`` needs: its batch runs until its longest item ends).
+
+Admission also keeps the active items within a cost budget (``max_cost``, counted as
+:func:`~microbatch.composition.batch_cost` counts a batch: ``"padded"``, the largest
+item cost times the items, or ``"sum"``), first come first served: the oldest
+waiting item joins first, and none behind it overtakes it, so no item starves (the
+active items end, and an item fits alone or is refused when it is opened with
+:class:`~microbatch.errors.ItemTooLarge`). Starting items costs about a step, which
+every active item waits for: with ``min_joiners`` the loop, while items are active,
+lets joiners gather until that many wait or the oldest has waited
+``max_join_wait_s``, so that one start serves several of them.
 """
 
 from __future__ import annotations
@@ -27,7 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .clock import Clock, MonotonicClock
-from .errors import BatcherClosed, Overloaded
+from .composition import BatchCostMode
+from .errors import BatcherClosed, ItemTooLarge, Overloaded
 from .stats import StreamStats, StreamStatsRecorder
 from .streams import Channel, Stream
 
@@ -146,6 +157,14 @@ class StepLoop:
             again, once each, instead of failing them: for models whose steps are
             idempotent (the same item gives the same chunks), the chunks a caller
             got already are made again but not sent again.
+        cost_fn: The cost of one item (tokens, pixels): a number >= 0.
+        max_cost: Most cost of the active items together (with ``cost_fn``); an
+            item that costs more alone is refused when opened.
+        cost_mode: How the active items' cost is counted: ``"padded"`` (their
+            largest cost times their number) or ``"sum"``.
+        min_joiners: While items are active, joiners wait until this many wait
+            (or as many as there are free places) ...
+        max_join_wait_s: ... or until the oldest has waited this long.
     """
 
     def __init__(
@@ -158,9 +177,27 @@ class StepLoop:
         clock: Clock | None = None,
         name: str = "steps",
         restart: bool = False,
+        cost_fn: Callable[[Any], float] | None = None,
+        max_cost: float | None = None,
+        cost_mode: BatchCostMode = "padded",
+        min_joiners: int = 1,
+        max_join_wait_s: float = 0.0,
     ) -> None:
         if not isinstance(max_active, int) or max_active < 1:
             raise ValueError(f"max_active must be an int >= 1, got {max_active!r}")
+        if max_cost is not None and (cost_fn is None or not max_cost > 0):
+            raise ValueError(f"max_cost needs a cost_fn and must be > 0, got {max_cost!r}")
+        if cost_mode not in ("padded", "sum"):
+            raise ValueError(f"cost_mode must be 'padded' or 'sum', got {cost_mode!r}")
+        if min_joiners < 1 or max_join_wait_s < 0:
+            raise ValueError("min_joiners must be >= 1 and max_join_wait_s >= 0")
+        self.cost_fn = cost_fn
+        self.max_cost = max_cost
+        self.cost_mode: BatchCostMode = cost_mode
+        self.min_joiners = min_joiners
+        self.max_join_wait_s = max_join_wait_s
+        self._costs: dict[int, float] = {}  # key -> cost, of the open streams
+        self._arrivals: dict[int, float] = {}  # key -> when it was opened
         self.runner = runner
         self.max_active = max_active
         self.max_queue = max_queue
@@ -205,9 +242,12 @@ class StepLoop:
         Raises:
             BatcherClosed: The loop is closing.
             Overloaded: ``max_queue`` items wait already.
+            ItemTooLarge: The item alone costs more than ``max_cost``.
+            ValueError: ``cost_fn`` gave no number >= 0.
         """
         if self._closed:
             raise BatcherClosed(f"{self.name} is shutting down")
+        cost = self._cost_of(item)
         if len(self._waiting) >= self.max_queue:
             self._discard_left()
             if len(self._waiting) >= self.max_queue:
@@ -218,6 +258,8 @@ class StepLoop:
             self.recorder.ended(stream, self._clock.now())
             self._restarted.discard(stream.key)
             self._replayed.pop(stream.key, None)
+            self._costs.pop(stream.key, None)
+            self._arrivals.pop(stream.key, None)
             if on_end is not None:
                 on_end(stream)
 
@@ -230,6 +272,9 @@ class StepLoop:
             on_end=ended,
         )
         self._waiting.append(channel)
+        if cost is not None:
+            self._costs[channel.key] = cost
+        self._arrivals[channel.key] = self._clock.now()
         self.recorder.opened += 1
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
@@ -289,9 +334,18 @@ class StepLoop:
             del self._active[key]
         self._discard_left()
         joining = self.admission(len(self._active), len(self._waiting), self.max_active)
+        if joining and self._active and not self._gathered(joining):
+            joining = 0
         keys: list[int] = []
         items: list[Any] = []
+        budget = _Budget(self.max_cost, self.cost_mode)
+        for key in self._active:
+            budget.add(self._costs.get(key, 0.0))
         for _ in range(joining):
+            cost = self._costs.get(self._waiting[0].key, 0.0)
+            if self._active and not budget.fits(cost):
+                break  # first come first served: nobody overtakes the oldest
+            budget.add(cost)
             stream = self._waiting.popleft()
             self._active[stream.key] = stream
             keys.append(stream.key)
@@ -299,6 +353,27 @@ class StepLoop:
         if not self._active and not leave:
             return None
         return StepJob(tuple(keys), tuple(items), leave)
+
+    def _cost_of(self, item: Any) -> float | None:
+        """The cost of ``item`` (None without ``cost_fn``), checked against the budget."""
+        if self.cost_fn is None:
+            return None
+        cost = self.cost_fn(item)
+        if isinstance(cost, bool) or not isinstance(cost, int | float) or not cost >= 0:
+            raise ValueError(f"cost_fn must return a number >= 0, got {cost!r}")
+        if self.max_cost is not None and cost > self.max_cost:
+            raise ItemTooLarge(f"item of cost {cost:g} exceeds max_batch_cost={self.max_cost:g}")
+        return float(cost)
+
+    def _gathered(self, joining: int) -> bool:
+        """Whether enough joiners gathered (or the oldest waited long enough) to be
+        worth a start that every active item waits for."""
+        if joining >= self.min_joiners or len(self._waiting) >= self.min_joiners:
+            return True
+        if joining >= self.max_active - len(self._active):
+            return True  # they fill every free place
+        oldest = self._arrivals.get(self._waiting[0].key, self._clock.now())
+        return self._clock.now() - oldest >= self.max_join_wait_s
 
     def _end_all(self, error: Exception) -> None:
         """End every waiting and active stream with ``error``."""
@@ -345,3 +420,31 @@ class StepLoop:
             if finished or chunk is END:
                 stream.finish()
                 del active[key]
+
+
+class _Budget:
+    """The running cost of the active items (``max_cost`` None: no limit)."""
+
+    __slots__ = ("count", "limit", "mode", "peak", "total")
+
+    def __init__(self, limit: float | None, mode: BatchCostMode) -> None:
+        self.limit = limit
+        self.mode = mode
+        self.count = 0
+        self.peak = 0.0
+        self.total = 0.0
+
+    def cost_with(self, cost: float) -> float:
+        """The cost of the active items if one of ``cost`` joined them."""
+        if self.mode == "sum":
+            return self.total + cost
+        return max(self.peak, cost) * (self.count + 1)
+
+    def fits(self, cost: float) -> bool:
+        """Whether one of ``cost`` may join."""
+        return self.limit is None or self.cost_with(cost) <= self.limit
+
+    def add(self, cost: float) -> None:
+        self.count += 1
+        self.peak = max(self.peak, cost)
+        self.total += cost

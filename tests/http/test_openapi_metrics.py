@@ -20,7 +20,13 @@ from .conftest import serving
 def test_the_openapi_document_is_valid(served: object, token: str | None) -> None:
     document = app(served, auth_token=token).openapi
     validate(document)  # raises on an invalid document
-    assert set(document["paths"]) == {"/predict", "/health/live", "/health/ready", "/metrics"}
+    name = document["info"]["title"]
+    models_v2 = [f"/v2/models/{name}", f"/v2/models/{name}/versions/1"]
+    v2 = {"/v2", "/v2/health/live", "/v2/health/ready"} | {
+        f"{base}{tail}" for base in models_v2 for tail in ("", "/ready", "/infer")
+    }
+    own = {"/predict", "/health/live", "/health/ready", "/metrics"}
+    assert set(document["paths"]) == own | v2
     assert ("securitySchemes" in document["components"]) is (token is not None)
 
 

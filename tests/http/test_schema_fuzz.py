@@ -11,6 +11,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from microbatch.http import app
 from tests.serve.test_server import Server, running
@@ -64,8 +65,13 @@ def test_no_undocumented_status_and_no_server_error(
 ) -> None:
     # A 504 is right when the generated X-Request-Timeout-Ms was tiny; any other 5xx
     # from a model that never fails is a bug, so that check is made here instead.
-    response = case.call_and_validate(
-        base_url=server.url, timeout=30, excluded_checks=[not_a_server_error]
-    )
+    # A v2 tensor's data must agree with its shape and datatype (and an OpenAI
+    # input's tokens with the vocabulary): JSON Schema cannot say so, so a
+    # schema-valid request to a protocol route may rightly get a 400; every other
+    # check (documented status, response schema, no 5xx) still holds there.
+    excluded = [not_a_server_error]
+    if case.operation.path.startswith(("/v1/", "/v2/")):
+        excluded.append(positive_data_acceptance)
+    response = case.call_and_validate(base_url=server.url, timeout=30, excluded_checks=excluded)
     lowered_deadline = any(name.lower() == "x-request-timeout-ms" for name in case.headers or {})
     assert response.status_code < 500 or (response.status_code == 504 and lowered_deadline)

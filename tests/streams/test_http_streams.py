@@ -255,3 +255,18 @@ async def test_a_pipeline_streams_its_whole_path_and_its_streaming_stage() -> No
     ]
     assert json.loads(alone.text.splitlines()[0]) == {"chunk": "c-0"}
     assert none.status_code == 404
+
+
+def _length(item: str) -> float:
+    return float(item.split(":")[1])
+
+
+async def test_an_item_over_the_cost_budget_is_422_before_the_stream_starts() -> None:
+    stage = Stage(Counter, mode="thread", max_batch_size=4, cost_fn=_length, max_batch_cost=6)
+    async with serving(HttpApp(Service(stage))) as client:
+        refused = await client.post("/stream", json="big:7")
+        fits = await client.post("/stream", json="ok:2", headers={"accept": "application/x-ndjson"})
+    assert refused.status_code == 422
+    assert refused.json()["error"] == "ItemTooLarge"
+    assert "max_batch_cost=6" in refused.json()["message"]
+    assert fits.status_code == 200 and "ok-1" in fits.text

@@ -14,6 +14,7 @@ from microbatch import (
     BatcherClosed,
     DeadlineExceeded,
     ItemError,
+    ItemTooLarge,
     Model,
     Overloaded,
     Service,
@@ -232,3 +233,21 @@ async def test_a_pipeline_streams_its_last_stage() -> None:
         assert await left.__anext__() == "item5-0"
         await left.aclose()  # type: ignore[attr-defined]
         assert service.stats().in_flight == 0
+
+
+def _length(item: str) -> float:
+    return float(item.split(":")[1])
+
+
+async def test_a_stage_keeps_its_active_streams_within_max_batch_cost() -> None:
+    """cost_fn = the item's length, summed, budget 6: at most 6 length units active
+    per step; an item of length 7 is refused before its stream starts."""
+    async with counter_service(cost_fn=_length, max_batch_cost=6, batch_cost="sum") as service:
+        with pytest.raises(ItemTooLarge, match="exceeds max_batch_cost=6"):
+            service.stream("big:7")
+        names = ["a:3", "b:3", "c:2", "d:4", "e:1"]
+        outcomes = await asyncio.gather(*(chunks_of(service.stream(n)) for n in names))
+        assert outcomes == [[f"{n[0]}-{k}" for k in range(int(n[2]))] for n in names]
+        lengths = {n[0]: int(n[2]) for n in names}
+        for step in Counter.steps:
+            assert sum(lengths.get(name, 0) for name in step) <= 6, step

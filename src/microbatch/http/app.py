@@ -53,7 +53,7 @@ from .predict import (
     timeout_from_header,
 )
 from .request_id import REQUEST_ID_HEADER, RequestIds, echo_request_id
-from .schema import docs_page, openapi_document
+from .schema import add_protocol_operations, docs_page, openapi_document
 from .status import (
     BadRequest,
     BodyTooLarge,
@@ -174,8 +174,6 @@ class HttpApp:
             add_stream_operations(
                 self.openapi, {_stream_path(r): _predict_path(r) for r in stream_routes}
             )
-        self._openapi_body = msgspec.json.encode(self.openapi)
-        self._docs_body = docs_page(self.openapi)
         self._decoders = _decoders(target.input_type)
         token = self.config.auth_token
         self._expected_authorization = None if token is None else b"Bearer " + token.encode()
@@ -199,7 +197,16 @@ class HttpApp:
             handler = partial(self._stream, route=stage_route, decoders=decoders)
             self._routes[_stream_path(stage_route)] = ("POST", handler, True)
         self._routes.update(v2_routes(self, {target.name: InferenceModel(target)}))
-        self._routes.update(embedding_routes(self, {target.name: target}))
+        embeddings = embedding_routes(self, {target.name: target})
+        self._routes.update(embeddings)
+        add_protocol_operations(
+            self.openapi,
+            v2_models=[target.name],
+            embeddings=bool(embeddings),
+            auth=self.config.auth_token is not None,
+        )
+        self._openapi_body = msgspec.json.encode(self.openapi)
+        self._docs_body = docs_page(self.openapi)
         self._predictors = {
             "/predict": self._predictor(None, self._decoders),
             **{

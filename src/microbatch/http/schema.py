@@ -14,7 +14,7 @@ import msgspec
 from .codecs import encode_hook, is_pydantic_model
 from .status import ErrorBody
 
-__all__ = ["docs_page", "openapi_document"]
+__all__ = ["add_protocol_operations", "docs_page", "openapi_document"]
 
 _MEDIA_TYPES = ("application/json", "application/msgpack")
 _REF = "#/components/schemas/{name}"
@@ -198,3 +198,266 @@ def docs_page(document: dict[str, Any]) -> bytes:
 def _pre(value: Any) -> str:
     text = msgspec.json.format(msgspec.json.encode(value)).decode()
     return f"<pre>{html.escape(text)}</pre>"
+
+
+# -- the protocol routes: KServe/Triton v2 and OpenAI embeddings ------------------------
+
+_ANY_ERROR = {
+    "type": "object",
+    "description": '``{"error": message}`` (v2), ``{"error": {...}}`` (OpenAI), or'
+    ' the server\'s own error body (``{"error", "message"}``)',
+    "properties": {"error": {"type": ["string", "object"]}},
+    "required": ["error"],
+}
+_PARAMETERS = {"type": "object", "description": "free-form parameters"}
+_SHAPE = {"type": "array", "items": {"type": "integer"}}
+_TENSOR_METADATA = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "datatype": {"type": "string"}, "shape": _SHAPE},
+    "required": ["name", "datatype", "shape"],
+}
+_V2_SCHEMAS: dict[str, Any] = {
+    "V2ServerMetadata": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "version": {"type": "string"},
+            "extensions": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["name", "version", "extensions"],
+    },
+    "V2ModelMetadata": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "versions": {"type": "array", "items": {"type": "string"}},
+            "platform": {"type": "string"},
+            "inputs": {"type": "array", "items": _TENSOR_METADATA},
+            "outputs": {"type": "array", "items": _TENSOR_METADATA},
+        },
+        "required": ["name", "versions", "platform", "inputs", "outputs"],
+    },
+    "V2InferenceRequest": {
+        "type": "object",
+        "description": "A v2 inference request: each row of the inputs is one item",
+        "properties": {
+            "id": {"type": ["string", "null"]},
+            "parameters": _PARAMETERS,
+            "inputs": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string"},
+                        "shape": _SHAPE,
+                        "datatype": {"type": "string"},
+                        "parameters": _PARAMETERS,
+                        "data": {"description": "the tensor's elements, flat or nested"},
+                    },
+                    "required": ["name", "shape", "datatype"],
+                },
+            },
+            "outputs": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"name": {"type": "string"}, "parameters": _PARAMETERS},
+                    "required": ["name"],
+                },
+            },
+        },
+        "required": ["inputs"],
+    },
+    "V2InferenceResponse": {
+        "type": "object",
+        "properties": {
+            "model_name": {"type": "string"},
+            "model_version": {"type": "string"},
+            "id": {"type": ["string", "null"]},
+            "outputs": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string"},
+                        "datatype": {"type": "string"},
+                        "shape": _SHAPE,
+                        "data": {"type": "array"},
+                        "parameters": _PARAMETERS,
+                    },
+                    "required": ["name", "datatype", "shape"],
+                },
+            },
+        },
+        "required": ["model_name", "outputs"],
+    },
+}
+_OPENAI_SCHEMAS: dict[str, Any] = {
+    "EmbeddingsRequest": {
+        "type": "object",
+        "properties": {
+            "input": {
+                "description": "a string, a list of strings, or token arrays",
+                "anyOf": [{"type": "string"}, {"type": "array"}],
+            },
+            "model": {"type": "string"},
+            "encoding_format": {"type": "string", "enum": ["float", "base64"]},
+            "dimensions": {"type": ["integer", "null"]},
+            "user": {"type": ["string", "null"]},
+        },
+        "required": ["input", "model"],
+    },
+    "EmbeddingsResponse": {
+        "type": "object",
+        "properties": {
+            "object": {"const": "list"},
+            "data": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "object": {"const": "embedding"},
+                        "index": {"type": "integer"},
+                        "embedding": {
+                            "description": "numbers, or base64 of little-endian float32",
+                            "anyOf": [
+                                {"type": "array", "items": {"type": "number"}},
+                                {"type": "string"},
+                            ],
+                        },
+                    },
+                    "required": ["object", "index", "embedding"],
+                },
+            },
+            "model": {"type": "string"},
+            "usage": {
+                "type": "object",
+                "properties": {
+                    "prompt_tokens": {"type": "integer"},
+                    "total_tokens": {"type": "integer"},
+                },
+                "required": ["prompt_tokens", "total_tokens"],
+            },
+        },
+        "required": ["object", "data", "model", "usage"],
+    },
+    "ModelList": {
+        "type": "object",
+        "properties": {
+            "object": {"const": "list"},
+            "data": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string"},
+                        "object": {"const": "model"},
+                        "created": {"type": "integer"},
+                        "owned_by": {"type": "string"},
+                    },
+                    "required": ["id", "object", "created", "owned_by"],
+                },
+            },
+        },
+        "required": ["object", "data"],
+    },
+}
+
+
+def add_protocol_operations(
+    document: dict[str, Any], *, v2_models: Sequence[str], embeddings: bool, auth: bool
+) -> None:
+    """Document the v2 inference routes of ``v2_models`` and, with ``embeddings``,
+    ``POST /v1/embeddings`` and ``GET /v1/models`` in ``document`` (an
+    :func:`openapi_document`)."""
+    security: list[dict[str, list[str]]] = [{"bearer": []}] if auth else []
+    schemas = document["components"]["schemas"]
+    paths = document["paths"]
+
+    def ref(name: str) -> dict[str, Any]:
+        return {"$ref": _REF.format(name=name)}
+
+    def json_body(schema: dict[str, Any]) -> dict[str, Any]:
+        return {"application/json": {"schema": schema}}
+
+    def errors(*statuses: tuple[str, str]) -> dict[str, Any]:
+        every = [*statuses, *([("401", "Missing or wrong bearer token")] if auth else [])]
+        return {
+            code: {"description": text, "content": json_body(_ANY_ERROR)} for code, text in every
+        }
+
+    def get(summary: str, operation_id: str, schema: dict[str, Any], *, secured: bool) -> Any:
+        operation: dict[str, Any] = {
+            "summary": summary,
+            "operationId": operation_id,
+            "responses": {
+                "200": {"description": "OK", "content": json_body(schema)},
+                **errors(("503", "Not ready")),
+            },
+        }
+        if secured:
+            operation["security"] = security
+        return {"get": operation}
+
+    def post(summary: str, operation_id: str, item: str, result: str) -> Any:
+        return {
+            "post": {
+                "summary": summary,
+                "operationId": operation_id,
+                "parameters": [
+                    {
+                        "name": "X-Request-Timeout-Ms",
+                        "in": "header",
+                        "required": False,
+                        "description": "Lower the request's deadline (milliseconds)",
+                        "schema": {"type": "number", "exclusiveMinimum": 0},
+                    }
+                ],
+                "requestBody": {"required": True, "content": json_body(ref(item))},
+                "responses": {
+                    "200": {"description": "The results", "content": json_body(ref(result))},
+                    **errors(
+                        ("400", "Malformed body, tensor or parameter"),
+                        ("404", "Unknown model"),
+                        ("408", "The body arrived too slowly"),
+                        ("413", "The body is over the size limit"),
+                        ("422", "An item does not match the model's item type"),
+                        ("500", "The model failed"),
+                        ("503", "Overloaded, not ready or shutting down"),
+                        ("504", "The request's deadline passed"),
+                    ),
+                },
+                "security": security,
+            }
+        }
+
+    flag = {"type": "object", "additionalProperties": {"type": "boolean"}}
+    if v2_models:
+        schemas.update(_V2_SCHEMAS)
+        paths["/v2"] = get("v2 server metadata", "v2_server", ref("V2ServerMetadata"), secured=True)
+        paths["/v2/health/live"] = get("v2: the process is up", "v2_live", flag, secured=False)
+        paths["/v2/health/ready"] = get("v2: every model is ready", "v2_ready", flag, secured=False)
+    for name in v2_models:
+        for number, base in enumerate((f"/v2/models/{name}", f"/v2/models/{name}/versions/1")):
+            suffix = f"{name}{'_v1' if number else ''}"
+            paths[base] = get(
+                f"v2 metadata of {name}",
+                f"v2_metadata_{suffix}",
+                ref("V2ModelMetadata"),
+                secured=True,
+            )
+            paths[f"{base}/ready"] = get(
+                f"v2: {name} is ready", f"v2_model_ready_{suffix}", flag, secured=False
+            )
+            paths[f"{base}/infer"] = post(
+                f"v2 inference with {name}: each row one item",
+                f"v2_infer_{suffix}",
+                "V2InferenceRequest",
+                "V2InferenceResponse",
+            )
+    if embeddings:
+        schemas.update(_OPENAI_SCHEMAS)
+        paths["/v1/embeddings"] = post(
+            "OpenAI-compatible embeddings", "embeddings", "EmbeddingsRequest", "EmbeddingsResponse"
+        )
+        paths["/v1/models"] = get("OpenAI: the models", "models", ref("ModelList"), secured=True)

@@ -127,7 +127,10 @@ class StepStage:
 
     Each stream goes to the worker with the fewest items active or waiting. The
     stage's ``max_batch_size`` is each worker's ``max_active``; its ``max_queue``
-    bounds the items waiting to join, per worker.
+    bounds the items waiting to join, per worker; with a ``cost_fn``, its
+    ``max_batch_cost`` bounds the cost of each worker's active items (counted as
+    its ``batch_cost`` says), and an item that costs more alone is refused
+    (:class:`~microbatch.errors.ItemTooLarge`, HTTP 422) before its stream starts.
 
     Args:
         stage: The stage (its model a StepModel or with a generator ``predict``).
@@ -186,6 +189,9 @@ class StepStage:
                 admission=admission,
                 name=f"stage {self.stage.name!r}",
                 restart=self.stage.idempotent,
+                cost_fn=config.cost_fn,
+                max_cost=config.max_batch_cost,
+                cost_mode=config.batch_cost,
             )
             for runner in self._runners
         ]
@@ -220,6 +226,7 @@ class StepStage:
         """Open the stream of ``item`` on the least loaded worker.
 
         Raises:
+            ItemTooLarge: The item alone costs more than ``max_batch_cost``.
             Overloaded: That worker's queue is full.
             BatcherClosed: The stage is closing.
         """

@@ -6,11 +6,13 @@ Small frozen dataclasses, pickled only on the socket pairs between our own proce
 read fails alone and not the whole frame.
 
 front to hub
-    :class:`Hello` once connected; :class:`Submit` for each item; :class:`Cancel`
-    when its caller went away; :class:`Counts` now and then (the requests the front
+    :class:`Hello` once connected; :class:`Submit` for each item; :class:`OpenStream`
+    for each item whose chunks are streamed; :class:`Cancel` when its caller went
+    away (a request or a stream); :class:`Counts` now and then (the requests the front
     served, for everybody's ``/metrics``).
 hub to front
-    :class:`Result` for each item; :class:`State` on connecting and every
+    :class:`Result` for each item; :class:`Chunk` for each chunk of a stream, then
+    :class:`StreamEnd` (its end, or its error); :class:`State` on connecting and every
     :data:`STATE_INTERVAL_S` (readiness, the service's stats, the other fronts'
     request counts).
 """
@@ -27,12 +29,15 @@ from ..timing import StageTiming
 __all__ = [
     "STATE_INTERVAL_S",
     "Cancel",
+    "Chunk",
     "Counts",
     "FrontMessage",
     "Hello",
     "HubMessage",
+    "OpenStream",
     "Result",
     "State",
+    "StreamEnd",
     "Submit",
 ]
 
@@ -82,6 +87,36 @@ class Submit:
 
 
 @dataclass(frozen=True, slots=True)
+class OpenStream:
+    """One item whose chunks are to be streamed back (:class:`Chunk`, then
+    :class:`StreamEnd`).
+
+    Attributes:
+        request_id: The front's id of the stream (unique per front, shared with
+            :class:`Submit`'s ids).
+        item: The decoded item, pickled on its own.
+        deadline: When the whole stream must end (``time.monotonic()``), or None.
+        first_chunk_deadline: When the first chunk must come, or None.
+        route: One of the service's routes, or None for the whole model.
+    """
+
+    request_id: int
+    item: bytes
+    deadline: float | None
+    first_chunk_deadline: float | None
+    route: str | None
+
+    def __reduce__(self) -> _Reduced:
+        return OpenStream, (
+            self.request_id,
+            self.item,
+            self.deadline,
+            self.first_chunk_deadline,
+            self.route,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Cancel:
     """The caller of ``request_id`` went away: drop its item."""
 
@@ -116,6 +151,29 @@ class Result:
 
 
 @dataclass(frozen=True, slots=True)
+class Chunk:
+    """One chunk of stream ``request_id``, packed by :func:`.relay.pack_outcome`."""
+
+    request_id: int
+    chunk: bytes
+
+    def __reduce__(self) -> _Reduced:
+        return Chunk, (self.request_id, self.chunk)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnd:
+    """Stream ``request_id`` ended: ``outcome`` (packed by
+    :func:`.relay.pack_outcome`) is None, or the stream's error."""
+
+    request_id: int
+    outcome: bytes
+
+    def __reduce__(self) -> _Reduced:
+        return StreamEnd, (self.request_id, self.outcome)
+
+
+@dataclass(frozen=True, slots=True)
 class State:
     """What a front answers probes and scrapes with.
 
@@ -133,8 +191,8 @@ class State:
         return State, (self.ready, self.stats, self.others)
 
 
-FrontMessage = Hello | Submit | Cancel | Counts
+FrontMessage = Hello | Submit | OpenStream | Cancel | Counts
 """What a front sends its hub."""
 
-HubMessage = Result | State
+HubMessage = Result | Chunk | StreamEnd | State
 """What the hub sends a front."""

@@ -32,7 +32,7 @@ from ..http.app import HttpApp, HttpConfig
 from ..loading import as_servable, load_target
 from ..logs import configure as configure_logs
 from ..pipeline.failures import exit_description
-from ..types import Servable
+from ..types import Servable, StreamingServable
 from .front import RelayTarget
 from .hub import Hub
 from .server import ServeSettings, bind, listen_url, quiet_garbage_collector, serve
@@ -85,10 +85,19 @@ def run_front(
         routes=local.routes,
         on_hub_lost=_terminate_self,
         examples=local.examples,
+        streaming=_streaming_routes(local),
+        embedding_model=getattr(local, "embedding_model", None),
     )
     app = HttpApp(target, config)
     target.requests = app.metrics.requests
     serve(app, settings, sock=listener, announce=False)
+
+
+def _streaming_routes(local: Servable[Any, Any]) -> list[str | None]:
+    """The routes of ``local`` whose results stream (None: the whole model)."""
+    if not isinstance(local, StreamingServable):
+        return []
+    return [route for route in (None, *local.routes) if local.can_stream(route)]
 
 
 def _terminate_self() -> None:

@@ -3,7 +3,8 @@
 The front serves the same :class:`~.app.HttpApp` as a single-process server
 (routes, validation, codecs, limits, metrics), but its target is a
 :class:`RelayTarget`: each decoded item goes to the hub (see :mod:`.hub`), which
-batches the items of every front together.
+batches the items of every front together. A stream's item goes there too; its
+chunks come back one message each, and a caller that leaves cancels it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from ..errors import StageFailed
@@ -19,8 +20,21 @@ from ..http.metrics import RequestCollector
 from ..stats import ServiceStats
 from ..timing import Timing
 from ..types import Route
-from ._messages import STATE_INTERVAL_S, Cancel, Counts, Hello, Result, State, Submit
-from .relay import Channel, pack_item, unpack_outcome
+from ._messages import (
+    STATE_INTERVAL_S,
+    Cancel,
+    Chunk,
+    Counts,
+    Hello,
+    OpenStream,
+    Result,
+    State,
+    StreamEnd,
+    Submit,
+)
+from .relay import Channel, pack_item, pack_outcome, unpack_outcome
+
+_HUB_GONE = "the serving process is gone"
 
 __all__ = ["RelayTarget"]
 
@@ -37,6 +51,9 @@ class RelayTarget:
         on_hub_lost: Called if the hub goes away while this target is open (a front
             process shuts itself down then: nothing it takes could be answered).
         examples: The served model's example items (published in OpenAPI).
+        streaming: The routes whose results stream (None: the whole model).
+        embedding_model: The served model's ``embedding_model`` (see
+            :mod:`microbatch.http.openai`), or None.
     """
 
     def __init__(
@@ -48,12 +65,17 @@ class RelayTarget:
         routes: Mapping[str, Route] | None = None,
         on_hub_lost: Callable[[], None] | None = None,
         examples: Sequence[Any] = (),
+        streaming: Collection[str | None] = (),
+        embedding_model: object = None,
     ) -> None:
         self.name = name
         self.input_type = input_type
         self.output_type = output_type
         self.routes = dict(routes or {})
         self.examples = tuple(examples)
+        self.embedding_model = embedding_model
+        self._streaming = frozenset(streaming)
+        self._streams: dict[int, asyncio.Queue[Chunk | StreamEnd]] = {}
         self.requests: RequestCollector | None = None  # whose counts go to the hub
         self._sock = sock
         self._on_hub_lost = on_hub_lost
@@ -117,12 +139,64 @@ class RelayTarget:
             timing.stages.extend(result.stages)
         return unpack_outcome(result.outcome)
 
+    def can_stream(self, route: str | None = None) -> bool:
+        """Whether :meth:`stream` works for ``route``."""
+        return route in self._streaming
+
+    def stream(
+        self,
+        item: Any,
+        *,
+        deadline: float | None = None,
+        route: str | None = None,
+        first_chunk_deadline: float | None = None,
+    ) -> AsyncIterator[Any]:
+        """Stream the item in the hub; its chunks as they come, then its end (or its
+        error, raised). Closing the iteration early cancels it in the hub."""
+        if not self.can_stream(route):
+            raise TypeError(f"route {route!r} does not stream")
+        return self._relayed_stream(item, deadline, route, first_chunk_deadline)
+
+    async def _relayed_stream(
+        self,
+        item: Any,
+        deadline: float | None,
+        route: str | None,
+        first_chunk_deadline: float | None,
+    ) -> AsyncIterator[Any]:
+        if not self._channel.open:
+            raise StageFailed(_HUB_GONE)
+        request_id = next(self._ids)
+        messages: asyncio.Queue[Chunk | StreamEnd] = asyncio.Queue()
+        self._streams[request_id] = messages
+        self._channel.post(
+            OpenStream(request_id, pack_item(item), deadline, first_chunk_deadline, route)
+        )
+        try:
+            while True:
+                message = await messages.get()
+                if isinstance(message, StreamEnd):
+                    unpack_outcome(message.outcome)  # raises the stream's error
+                    return
+                yield unpack_outcome(message.chunk)
+        finally:
+            if self._streams.pop(request_id, None) is not None and self._channel.open:
+                self._channel.post(Cancel(request_id))  # the caller left early
+
     def stats(self) -> ServiceStats:
         """The service's stats, as the hub last told them."""
         return ServiceStats(False, self._closing, 0, ()) if self._stats is None else self._stats
 
     def _on_message(self, message: object) -> None:
-        if isinstance(message, Result):
+        if isinstance(message, Chunk):
+            stream = self._streams.get(message.request_id)
+            if stream is not None:
+                stream.put_nowait(message)
+        elif isinstance(message, StreamEnd):
+            stream = self._streams.pop(message.request_id, None)
+            if stream is not None:
+                stream.put_nowait(message)
+        elif isinstance(message, Result):
             answer = self._waiting.pop(message.request_id, None)
             if answer is not None and not answer.done():
                 answer.set_result(message)
@@ -139,7 +213,11 @@ class RelayTarget:
         waiting, self._waiting = self._waiting, {}
         for answer in waiting.values():
             if not answer.done():
-                answer.set_exception(StageFailed("the serving process is gone"))
+                answer.set_exception(StageFailed(_HUB_GONE))
+        streams, self._streams = self._streams, {}
+        gone = pack_outcome(False, StageFailed(_HUB_GONE))
+        for request_id, stream in streams.items():
+            stream.put_nowait(StreamEnd(request_id, gone))
         if self._told is not None and not self._told.done():
             self._told.set_exception(StageFailed("the serving process is gone"))
         if not self._closing and self._on_hub_lost is not None:

@@ -3,7 +3,9 @@
 Each front process parses, validates and encodes HTTP on a core of its own and
 relays the decoded items here over a :class:`~microbatch.serve.relay.Channel`; the hub submits
 them to the one Service, so the items of every front share the same batches and
-the same model workers. Each outcome goes back to the front that asked.
+the same model workers. Each outcome goes back to the front that asked; a stream's
+chunks go back one message each as they come, then its end (a front whose caller
+left cancels it, which frees the item's place at the next step).
 
 The messages are the dataclasses of :mod:`._messages`.
 """
@@ -19,8 +21,19 @@ from typing import TYPE_CHECKING, Any
 
 from ..http.metrics import RequestCounts
 from ..timing import Timing, accepts_timing
-from ..types import Servable
-from ._messages import STATE_INTERVAL_S, Cancel, Counts, Hello, Result, State, Submit
+from ..types import Servable, StreamingServable
+from ._messages import (
+    STATE_INTERVAL_S,
+    Cancel,
+    Chunk,
+    Counts,
+    Hello,
+    OpenStream,
+    Result,
+    State,
+    StreamEnd,
+    Submit,
+)
 
 if TYPE_CHECKING:
     from ..tracing import Tracer
@@ -123,6 +136,8 @@ class _FrontLink:
     def _on_message(self, message: object) -> None:
         if isinstance(message, Submit):
             self._submit(message)
+        elif isinstance(message, OpenStream):
+            self._open_stream(message)
         elif isinstance(message, Cancel):
             cancelled = self.tasks.get(message.request_id)
             if cancelled is not None:
@@ -156,6 +171,43 @@ class _FrontLink:
         task = asyncio.get_running_loop().create_task(submitted)
         self.tasks[request_id] = task
         task.add_done_callback(partial(self._finished, request_id, timing))
+
+    def _open_stream(self, message: OpenStream) -> None:
+        request_id = message.request_id
+        try:
+            item = unpack_item(message.item)
+        except Exception as error:
+            self.channel.post(StreamEnd(request_id, pack_outcome(False, error)))
+            return
+        task = asyncio.get_running_loop().create_task(self._relay_stream(message, item))
+        self.tasks[request_id] = task
+        task.add_done_callback(partial(self._stream_ended, request_id))
+
+    async def _relay_stream(self, message: OpenStream, item: Any) -> None:
+        """Send each chunk of the item's stream to the front as it comes."""
+        target = self.hub.target
+        if not isinstance(target, StreamingServable):
+            raise TypeError("the served model does not stream")
+        chunks = target.stream(
+            item,
+            deadline=message.deadline,
+            route=message.route,
+            first_chunk_deadline=message.first_chunk_deadline,
+        )
+        try:
+            async for chunk in chunks:
+                self.channel.post(Chunk(message.request_id, pack_outcome(True, chunk)))
+        finally:
+            closing = getattr(chunks, "aclose", None)
+            if closing is not None:
+                await closing()  # cancelled: the item leaves at the next step
+
+    def _stream_ended(self, request_id: int, task: asyncio.Task[None]) -> None:
+        if self.tasks.pop(request_id, None) is None or task.cancelled():
+            return  # the front cancelled it, or is gone
+        error = task.exception()
+        outcome = pack_outcome(True, None) if error is None else pack_outcome(False, error)
+        self.channel.post(StreamEnd(request_id, outcome))
 
     def _finished(self, request_id: int, timing: Timing | None, task: asyncio.Task[Any]) -> None:
         if timing is not None and timing.span is not None:
