@@ -227,9 +227,8 @@ async def test_an_open_loop_sends_or_counts_every_arrival_and_times_from_when_it
     assert tally.latencies_s[1] >= 2 * delay_s - (arrivals[1] - arrivals[0])
 
 
-def test_the_command_runs_the_client_on_uvloop_when_it_is_installed() -> None:
-    pytest.importorskip("uvloop")
-
+def test_the_command_runs_the_client_on_uvloop() -> None:
+    # uvloop is a core dependency (the server runs on it)
     async def load() -> tuple[Tally, str]:
         async with serving(echo) as (_, endpoint):
             tally = Tally()
