@@ -92,6 +92,11 @@ poison = Service(Stage(Work, workers=2, max_batch_size=32, max_latency_ms=5), ex
 fragile = Service(Stage(DiesInSetupOnceMarked, setup_attempts=2), examples=WARM)
 """One worker that dies in setup once the marker file exists."""
 
+fragile_poison = Service(
+    Stage(DiesInSetupOnceMarked, workers=2, max_batch_size=32, max_latency_ms=5), examples=WARM
+)
+"""As ``poison``, but once the marker file exists a killed worker stays down."""
+
 blocked = Service(
     Stage(Work, workers=1, max_batch_size=100, max_latency_ms=1, args=(2.0,)),
     examples=WARM,

@@ -8,6 +8,7 @@ import os
 import re
 import signal
 from collections import Counter
+from pathlib import Path
 
 import msgspec
 
@@ -22,7 +23,7 @@ from .harness import (
     run,
     serving,
 )
-from .models import Job
+from .models import MARKER_ENV, Job
 
 TOKEN = "s3cret-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
@@ -71,8 +72,11 @@ async def try_routes(address: tuple[str, int]) -> tuple[list[int], list[int], li
     return refused, probes, allowed
 
 
-def test_no_error_body_carries_a_traceback_a_path_or_the_models_message() -> None:
-    with serving("poison", "--auth-token", TOKEN, "--max-body-bytes", "1000") as server:
+def test_no_error_body_carries_a_traceback_a_path_or_the_models_message(tmp_path: Path) -> None:
+    marker = tmp_path / "setup-attempts"
+    options = ("--auth-token", TOKEN, "--max-body-bytes", "1000")
+    with serving("fragile_poison", *options, env={MARKER_ENV: str(marker)}) as server:
+        marker.touch()  # a worker started from now on dies in setup: killed, the stage stays down
         replies = run(errors_of_every_kind(server.address, server.process.pid))
     statuses = {name: reply.status for name, reply in replies.items()}
     leaks = {name: r.body[:200] for name, r in replies.items() if LEAKS.search(r.body.decode())}
