@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import RESULTS, ROOT, VENVS, Contender, machine, serving
+from harness import RESULTS, ROOT, VENVS, Contender, machine, metrics_text, serving
 from loadgen import Load, drive
 
 SEED = 16
@@ -160,10 +160,7 @@ def _percentile(values: list[float], fraction: float) -> float | None:
 
 def padding_from_metrics(base: str) -> float | None:
     """The microbatch stage's padding efficiency, from its Prometheus metrics."""
-    import urllib.request
-
-    with urllib.request.urlopen(base + "/metrics", timeout=10) as reply:
-        text = reply.read().decode()
+    text = metrics_text(base)
     match = re.search(r'^microbatch_padding_efficiency\{stage="embed"\} (\S+)$', text, re.M)
     return float(match.group(1)) if match else None
 
