@@ -47,12 +47,12 @@ import sys
 import sysconfig
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import RESULTS, ROOT, VENVS, Contender, machine, serving
+from harness import RESULTS, ROOT, VENVS, Contender, machine, metrics_text, serving
+from loadgen import Load, drive
 
 SEED = 16
 MIX = ((0.70, 8, 32), (0.25, 33, 128), (0.05, 129, 256))
@@ -127,74 +127,7 @@ def make_texts(count: int) -> list[tuple[str, int]]:
     return texts
 
 
-# -- load ----------------------------------------------------------------------------
-
-
-@dataclass
-class Load:
-    """Latencies per request, by token count, and errors."""
-
-    latencies: list[tuple[int, float]] = field(default_factory=list)
-    errors: int = 0
-    seconds: float = 0.0
-
-
-async def _connection(
-    host: str, port: int, bodies: list[tuple[bytes, int]], path: str, state: dict[str, Any]
-) -> None:
-    reader, writer = await asyncio.open_connection(host, port)
-    load: Load = state["load"]
-    try:
-        while not state["stop"]:
-            index = state["next"]
-            state["next"] = index + 1
-            body, tokens = bodies[index % len(bodies)]
-            request = (
-                f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n"
-            ).encode() + body
-            started = time.perf_counter()
-            writer.write(request)
-            head = await reader.readuntil(b"\r\n\r\n")
-            status = int(head.split(b" ", 2)[1])
-            match = re.search(rb"(?i)content-length:\s*(\d+)", head)
-            await reader.readexactly(int(match.group(1)) if match else 0)
-            elapsed = time.perf_counter() - started
-            if state["measuring"]:
-                if status == 200:
-                    load.latencies.append((tokens, elapsed))
-                else:
-                    load.errors += 1
-    finally:
-        writer.close()
-
-
-async def drive(
-    base: str,
-    path: str,
-    bodies: list[tuple[bytes, int]],
-    connections: int,
-    warmup: float,
-    seconds: float,
-) -> Load:
-    """``connections`` closed-loop connections for ``warmup + seconds``; measure the last."""
-    host, port = base.removeprefix("http://").split(":")
-    state: dict[str, Any] = {"next": 0, "stop": False, "measuring": False, "load": Load()}
-    tasks = [
-        asyncio.create_task(_connection(host, int(port), bodies, path, state))
-        for _ in range(connections)
-    ]
-    await asyncio.sleep(warmup)
-    state["measuring"] = True
-    began = time.perf_counter()
-    await asyncio.sleep(seconds)
-    state["measuring"] = False
-    state["load"].seconds = time.perf_counter() - began
-    state["stop"] = True
-    await asyncio.wait(tasks, timeout=120)
-    for task in tasks:
-        task.cancel()
-    return state["load"]  # type: ignore[no-any-return]
+# -- the load, summed up ---------------------------------------------------------------
 
 
 def summary(load: Load) -> dict[str, Any]:
@@ -227,10 +160,7 @@ def _percentile(values: list[float], fraction: float) -> float | None:
 
 def padding_from_metrics(base: str) -> float | None:
     """The microbatch stage's padding efficiency, from its Prometheus metrics."""
-    import urllib.request
-
-    with urllib.request.urlopen(base + "/metrics", timeout=10) as reply:
-        text = reply.read().decode()
+    text = metrics_text(base)
     match = re.search(r'^microbatch_padding_efficiency\{stage="embed"\} (\S+)$', text, re.M)
     return float(match.group(1)) if match else None
 

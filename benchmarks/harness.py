@@ -2,7 +2,8 @@
 in their own process groups and stopped by that group's id, and ``wrk`` runs.
 
 Used by ``benchmarks/http_serving.py`` (simple workloads), ``benchmarks/real_model.py``
-(the embedding model) and ``benchmarks/ray_serving.py``. Load goes only to 127.0.0.1.
+(the embedding model), ``benchmarks/ray_serving.py``, ``benchmarks/protocols.py`` and
+``benchmarks/embedding_lengths.py``. Load goes only to 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,7 +193,7 @@ def serving(contender: Contender, env: Mapping[str, str], log: Path) -> Iterator
         if microbatch:
             port = _announced_port(process, log)
         running = Running(process, f"http://127.0.0.1:{port}", log)
-        _wait_ready(running, contender.health_path)
+        wait_ready(running.base + contender.health_path, process, log)
         yield running
     finally:
         stop(process)
@@ -221,22 +222,37 @@ def _announced_port(process: subprocess.Popen[str], log: Path) -> int:
     return found[0]
 
 
-def _wait_ready(running: Running, health_path: str) -> None:
-    """Ask the health URL until it answers 200 (the harness may poll; the servers don't)."""
+def wait_ready(url: str, process: subprocess.Popen[Any], log: Path) -> None:
+    """Ask ``url`` until it answers 200 (the harness may poll; the servers don't);
+    raise if ``process`` exits first or after :data:`READY_TIMEOUT_S`."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
-        if running.process.poll() is not None:
-            raise RuntimeError(
-                f"the server exited ({running.process.returncode}); see {running.log}"
-            )
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited ({process.returncode}); see {log}")
         try:
-            with urllib.request.urlopen(running.base + health_path, timeout=2) as reply:
+            with urllib.request.urlopen(url, timeout=2) as reply:
                 if reply.status == 200:
                     return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
+        except OSError:  # refused, reset, timed out: not up yet
             pass
         time.sleep(0.2)
-    raise RuntimeError(f"not ready after {READY_TIMEOUT_S:.0f} s; see {running.log}")
+    raise RuntimeError(f"not ready after {READY_TIMEOUT_S:.0f} s; see {log}")
+
+
+def post_json(url: str, value: Any, timeout_s: float) -> tuple[int, Any]:
+    """POST ``value`` as JSON; the reply's status and decoded JSON body (a status of
+    400 or more raises :class:`urllib.error.HTTPError`)."""
+    request = urllib.request.Request(
+        url, json.dumps(value).encode(), {"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+        return int(reply.status), json.loads(reply.read())
+
+
+def metrics_text(base: str) -> str:
+    """The server's Prometheus ``/metrics`` page."""
+    with urllib.request.urlopen(base + "/metrics", timeout=10) as reply:
+        return str(reply.read().decode())
 
 
 def stop(process: subprocess.Popen[str]) -> None:
@@ -267,6 +283,19 @@ end
 """wrk's ``done`` hook: one ``WRKJSON {...}`` line that :func:`run_wrk` reads back."""
 
 
+def bodies_script(bodies: Sequence[bytes], path: Path) -> Path:
+    """Write a wrk script to ``path`` that POSTs the JSON ``bodies`` in turn (each
+    connection from the first); it reports through :data:`LUA_DONE`."""
+    entries = ",\n".join(f"[==[{body.decode()}]==]" for body in bodies)
+    path.write_text(
+        f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+        f"local bodies = {{\n{entries}\n}}\nlocal counter = 0\n"
+        "request = function()\n  counter = counter % #bodies + 1\n"
+        "  return wrk.format(nil, nil, nil, bodies[counter])\nend\n" + LUA_DONE
+    )
+    return path
+
+
 def run_wrk(url: str, script: Path, connections: int, seconds: float) -> dict[str, Any]:
     """One closed-loop wrk run; its summary (latencies in us, counts)."""
     threads = min(2, connections)
@@ -287,6 +316,32 @@ def run_wrk(url: str, script: Path, connections: int, seconds: float) -> dict[st
             summary: dict[str, Any] = json.loads(line[len("WRKJSON ") :])
             return summary
     raise RuntimeError(f"wrk printed no summary:\n{out}")
+
+
+def wrk_row(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """A :func:`run_wrk` summary as a report's row: req/s, p50 and p99 in ms, non-2xx
+    answers, socket errors."""
+    return {
+        "req_per_s": summary["requests"] / (summary["duration_us"] / 1e6),
+        "p50_ms": summary["p50_us"] / 1e3,
+        "p99_ms": summary["p99_us"] / 1e3,
+        "non2xx": summary["non2xx"],
+        "socket_errors": sum(summary[k] for k in ("connect", "read", "write", "timeout")),
+    }
+
+
+def pyplot_or_none() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend, or None (and a note on stderr) where
+    matplotlib is not installed: the reports draw only where they can."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib not installed: no plot)", file=sys.stderr)
+        return None
+    return plt
 
 
 def fmt(value: float | None) -> str:
@@ -321,3 +376,30 @@ def group_cpu_s(leader: int) -> float:
         if int(fields[2]) == leader:  # pgrp
             total += (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
     return total
+
+
+def cpu_s_below(root: int, role: Callable[[bytes], str]) -> dict[str, float]:
+    """CPU seconds so far of every live process below ``root`` (its descendants),
+    summed by ``role`` of each one's command line."""
+    parents: dict[int, int] = {}
+    info: dict[int, tuple[bytes, int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        pid = int(entry.name)
+        parents[pid] = int(fields[1])
+        info[pid] = (command, int(fields[11]) + int(fields[12]))  # utime + stime
+    totals: dict[str, int] = {}
+    for pid, (command, ticks) in info.items():
+        ancestor = parents.get(pid, 0)
+        while ancestor not in (0, 1, root):
+            ancestor = parents.get(ancestor, 0)
+        if ancestor == root:
+            name = role(command)
+            totals[name] = totals.get(name, 0) + ticks
+    return {name: ticks / _TICKS_PER_S for name, ticks in totals.items()}

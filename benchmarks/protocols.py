@@ -45,19 +45,21 @@ from pathlib import Path
 from typing import Any
 
 from harness import (
-    LUA_DONE,
     RESULTS,
     ROOT,
     SERVERS,
     SINGLE_THREAD_BLAS,
     VENVS,
     Contender,
+    bodies_script,
     ensure_venv,
     free_port,
     machine,
     run_wrk,
     stop,
+    wait_ready,
 )
+from loadgen import percentile
 
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(SERVERS))
@@ -204,7 +206,7 @@ def microbatch_server(workload: str, log: Path) -> Iterator[Server]:
                 http = line.split()[-1]
                 break
         threading.Thread(target=process.stdout.read, daemon=True).start()
-        _wait_ready(f"{http}/health/ready", process, log)
+        wait_ready(f"{http}/health/ready", process, log)
         yield Server(http, grpc_address)
     finally:
         stop(process)
@@ -225,25 +227,10 @@ def kserve_server(workload: str, log: Path) -> Iterator[Server]:
         )
     try:
         http = f"http://127.0.0.1:{http_port}"
-        _wait_ready(f"{http}/v2/models/{workload}/ready", process, log)
+        wait_ready(f"{http}/v2/models/{workload}/ready", process, log)
         yield Server(http, f"127.0.0.1:{grpc_port}")
     finally:
         stop(process)
-
-
-def _wait_ready(url: str, process: subprocess.Popen[Any], log: Path) -> None:
-    give_up = time.monotonic() + 180
-    while time.monotonic() < give_up:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited ({process.returncode}); see {log}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as reply:
-                if reply.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"not ready after 180 s; see {log}")
 
 
 # -- correctness ---------------------------------------------------------------------
@@ -298,19 +285,9 @@ def rest_load(
     url: str, bodies: tuple[bytes, ...], connections: int, seconds: float
 ) -> dict[str, Any]:
     """wrk, closed loop, cycling through ``bodies``."""
-    entries = ",\n".join(f"[==[{body.decode()}]==]" for body in bodies)
-    script = (
-        f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
-        f"local bodies = {{\n{entries}\n}}\nlocal counter = 0\n"
-        "request = function()\n  counter = counter % #bodies + 1\n"
-        "  return wrk.format(nil, nil, nil, bodies[counter])\nend\n" + LUA_DONE
-    )
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as file:
-        file.write(script)
-    try:
-        summary = run_wrk(url, Path(file.name), connections, seconds)
-    finally:
-        os.unlink(file.name)
+    with tempfile.TemporaryDirectory(prefix="protocols-wrk-") as directory:
+        script = bodies_script(bodies, Path(directory) / "bodies.lua")
+        summary = run_wrk(url, script, connections, seconds)
     ok = summary["requests"] - summary["non2xx"]
     return {
         "rps": ok / (summary["duration_us"] / 1e6),
@@ -350,8 +327,8 @@ async def _grpc_closed_loop(
     return {
         "rps": len(latencies) / elapsed,
         "errors": errors,
-        "p50_ms": 1000 * latencies[len(latencies) // 2] if latencies else None,
-        "p99_ms": 1000 * latencies[int(len(latencies) * 0.99)] if latencies else None,
+        "p50_ms": 1000 * percentile(latencies, 0.5) if latencies else None,
+        "p99_ms": 1000 * percentile(latencies, 0.99) if latencies else None,
     }
 
 

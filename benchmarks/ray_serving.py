@@ -35,14 +35,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -54,7 +51,18 @@ import ray
 from ray import serve
 
 import http_serving
-from harness import RESULTS, ROOT, SERVERS, run_wrk
+from harness import (
+    RESULTS,
+    ROOT,
+    SERVERS,
+    cpu_s_below,
+    fmt,
+    free_port,
+    machine,
+    post_json,
+    run_wrk,
+    wrk_row,
+)
 
 sys.path.insert(0, str(SERVERS))
 
@@ -70,7 +78,6 @@ PROXIES = {
     "haproxy": f"Ray Serve's HAProxy-based ingress ({HAPROXY_FLAG}=1, experimental in Ray 2.60)",
 }
 APP = "bench"
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -150,6 +157,7 @@ def contenders(replica_counts: list[int], max_ongoing: int) -> list[Contender]:
 
 
 def _role(command: bytes) -> str:
+    """Which part of the system a process is, by its command line."""
     if command.startswith(b"wrk"):
         return "wrk"
     if b"ProxyActor" in command or b"haproxy" in command.lower():
@@ -161,39 +169,7 @@ def _role(command: bytes) -> str:
     return "ray (rest)"
 
 
-def cpu_ticks(root: int) -> dict[str, int]:
-    """CPU ticks so far of every process below ``root``, summed by role."""
-    parents: dict[int, int] = {}
-    info: dict[int, tuple[bytes, int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            command = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        pid = int(entry.name)
-        parents[pid] = int(fields[1])
-        info[pid] = (command, int(fields[11]) + int(fields[12]))  # utime + stime
-    totals: dict[str, int] = {}
-    for pid, (command, ticks) in info.items():
-        ancestor = parents.get(pid, 0)
-        while ancestor not in (0, 1, root):
-            ancestor = parents.get(ancestor, 0)
-        if ancestor == root:
-            role = _role(command)
-            totals[role] = totals.get(role, 0) + ticks
-    return totals
-
-
 # -- one contender -----------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @contextmanager
@@ -216,14 +192,9 @@ def check_correct(url: str) -> dict[str, int]:
         wrong = 0
         for j in range(8):
             x = index * 1000 + j + 0.25
-            request = urllib.request.Request(
-                url,
-                json.dumps({"x": x}).encode(),
-                {"Content-Type": "application/json"},
-            )
-            with urllib.request.urlopen(request, timeout=30) as reply:
-                if reply.status != 200 or json.loads(reply.read()).get("y") != 2 * x:
-                    wrong += 1
+            status, data = post_json(url, {"x": x}, timeout_s=30)
+            if status != 200 or data.get("y") != 2 * x:
+                wrong += 1
         return wrong
 
     with ThreadPoolExecutor(64) as pool:
@@ -243,7 +214,7 @@ def measure(url: str, script: Path, counters: Path, connections: int, args: Any)
     """Warm up, then one measured wrk run; throughput, latency, batches, CPU by role."""
     if args.warmup > 0:
         run_wrk(url, script, connections, args.warmup)
-    before_batches, before_cpu = batches_so_far(counters), cpu_ticks(os.getpid())
+    before_batches, before_cpu = batches_so_far(counters), cpu_s_below(os.getpid(), _role)
     load_before = os.getloadavg()[0]
     # wrk is our child too: its CPU is read from its own rusage below.
     started = time.perf_counter()
@@ -251,11 +222,11 @@ def measure(url: str, script: Path, counters: Path, connections: int, args: Any)
     summary = run_wrk(url, script, connections, args.duration)
     usage_after = os.times()
     elapsed = time.perf_counter() - started
-    after_batches, after_cpu = batches_so_far(counters), cpu_ticks(os.getpid())
+    after_batches, after_cpu = batches_so_far(counters), cpu_s_below(os.getpid(), _role)
     batches = after_batches[0] - before_batches[0]
     items = after_batches[1] - before_batches[1]
     cores = {
-        role: (after_cpu.get(role, 0) - before_cpu.get(role, 0)) / TICKS / elapsed
+        role: (after_cpu.get(role, 0.0) - before_cpu.get(role, 0.0)) / elapsed
         for role in sorted(set(after_cpu) | set(before_cpu))
     }
     cores["wrk"] = (
@@ -264,14 +235,9 @@ def measure(url: str, script: Path, counters: Path, connections: int, args: Any)
         - usage_before.children_user
         - usage_before.children_system
     ) / elapsed
-    duration_s = summary["duration_us"] / 1e6
     return {
         "connections": connections,
-        "req_per_s": summary["requests"] / duration_s,
-        "p50_ms": summary["p50_us"] / 1e3,
-        "p99_ms": summary["p99_us"] / 1e3,
-        "non2xx": summary["non2xx"],
-        "socket_errors": sum(summary[k] for k in ("connect", "read", "write", "timeout")),
+        **wrk_row(summary),
         "mean_batch": items / batches if batches else None,
         "cores": {role: round(value, 2) for role, value in cores.items()},
         "load_avg_1m_before": load_before,
@@ -292,7 +258,7 @@ def bench(contender: Contender, url: str, work: Path, args: Any) -> dict[str, An
             print(
                 f"{label} c={connections:3d} {row['req_per_s']:7.0f} req/s p50 "
                 f"{row['p50_ms']:7.2f} ms p99 {row['p99_ms']:7.2f} ms non2xx {row['non2xx']} "
-                f"batch {_fmt(row['mean_batch'])} cores {row['cores']}",
+                f"batch {fmt(row['mean_batch'])} cores {row['cores']}",
                 flush=True,
             )
     return {
@@ -302,10 +268,6 @@ def bench(contender: Contender, url: str, work: Path, args: Any) -> dict[str, An
         "correctness": correctness,
         "levels": rows,
     }
-
-
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1f}"
 
 
 # -- report ------------------------------------------------------------------------------
@@ -380,7 +342,7 @@ def markdown(report: dict[str, Any]) -> str:
                 lines.append(
                     f"| {run['name']} | {run['replicas']} | {row['connections']} | "
                     f"{row['req_per_s']:.0f} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} | "
-                    f"{row['non2xx']} | {_fmt(row['mean_batch'])} | "
+                    f"{row['non2xx']} | {fmt(row['mean_batch'])} | "
                     f"{cores.get('proxy', 0):.2f} | {cores.get('replicas', 0):.2f} | "
                     f"{cores.get('wrk', 0):.2f} | {cores.get('ray (rest)', 0):.2f} |"
                 )
@@ -509,8 +471,7 @@ def run_one_proxy(args: argparse.Namespace) -> dict[str, Any]:
 
 def write_report(args: argparse.Namespace, parts: dict[str, Any]) -> None:
     report = {
-        "machine": f"{os.cpu_count()} CPUs, Python {platform.python_version()}, "
-        f"{platform.platform()}",
+        "machine": machine(),
         "ray": ray.__version__,
         "microbatch": microbatch.__version__,
         "num_cpus": args.num_cpus,

@@ -45,24 +45,27 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from harness import (
-    LUA_DONE,
     RESULTS,
     ROOT,
     SERVERS,
     Contender,
     Running,
+    bodies_script,
     ensure_venv,
     fmt,
     machine,
+    metrics_text,
+    post_json,
+    pyplot_or_none,
     run_wrk,
     serving,
     versions,
+    wrk_row,
 )
 
 sys.path.insert(0, str(SERVERS))
@@ -183,12 +186,7 @@ def check_correct(
         wrong, worst = 0, 1.0
         for j in range(8):
             which = (index + j) % len(reference)
-            body = json.dumps({"text": TEXTS[which]}).encode()
-            request = urllib.request.Request(
-                url, body, {"Content-Type": "application/json"}, method="POST"
-            )
-            with urllib.request.urlopen(request, timeout=60) as reply:
-                data = json.loads(reply.read())
+            _, data = post_json(url, {"text": TEXTS[which]}, timeout_s=60)
             vector = data.get("embedding", []) if isinstance(data, dict) else []
             similarity = cosine(vector, reference[which]) if len(vector) == 384 else 0.0
             worst = min(worst, similarity)
@@ -216,22 +214,8 @@ def cosine(a: list[float], b: list[float]) -> float:
 
 def lua_script(directory: Path) -> Path:
     """A wrk script POSTing the benchmark's texts in turn."""
-    bodies = ",\n  ".join(f"[[{json.dumps({'text': text})}]]" for text in TEXTS)
-    text = f"""
-local bodies = {{
-  {bodies}
-}}
-local counter = 0
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-request = function()
-  counter = counter + 1
-  return wrk.format(nil, nil, nil, bodies[(counter % #bodies) + 1])
-end
-"""
-    path = directory / "texts.lua"
-    path.write_text(text + LUA_DONE)
-    return path
+    bodies = [json.dumps({"text": text}).encode() for text in TEXTS]
+    return bodies_script(bodies, directory / "texts.lua")
 
 
 _BATCH_LINE = re.compile(
@@ -245,9 +229,7 @@ def batches_so_far(name: str, running: Running, counter: Path) -> tuple[float, f
     the peers' from their counter file."""
     if name not in MICROBATCH:
         return read_counter(str(counter))
-    with urllib.request.urlopen(running.base + "/metrics", timeout=10) as reply:
-        text = reply.read().decode()
-    found = {kind: float(value) for kind, value in _BATCH_LINE.findall(text)}
+    found = {kind: float(v) for kind, v in _BATCH_LINE.findall(metrics_text(running.base))}
     return found.get("count", 0.0), found.get("sum", 0.0)
 
 
@@ -270,11 +252,7 @@ def measure(
     batches, items = after[0] - before[0], after[1] - before[1]
     return {
         "connections": connections,
-        "req_per_s": summary["requests"] / (summary["duration_us"] / 1e6),
-        "p50_ms": summary["p50_us"] / 1e3,
-        "p99_ms": summary["p99_us"] / 1e3,
-        "non2xx": summary["non2xx"],
-        "socket_errors": sum(summary[k] for k in ("connect", "read", "write", "timeout")),
+        **wrk_row(summary),
         "mean_batch": items / batches if batches else None,
     }
 
@@ -415,13 +393,8 @@ def markdown(report: dict[str, Any]) -> str:
 def plot(report: dict[str, Any], path: Path) -> bool:
     """Throughput (with the offline best) and p99 against connections; False without
     matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(matplotlib not installed: no plot)", file=sys.stderr)
+    plt = pyplot_or_none()
+    if plt is None:
         return False
     figure, (rate, tail) = plt.subplots(1, 2, figsize=(12, 4.5))
     for name, data in report["results"].items():

@@ -52,7 +52,22 @@ class ThreadCall(Call):
             self.armed = False
             self.signal.release()
 
-    def disarm(self, woken: bool) -> None:
+    def sleep(self, lock: threading.Lock, timeout_s: float | None) -> None:
+        """Wait until woken or ``timeout_s`` passed (None: no limit), with the
+        batcher's ``lock`` released meanwhile (held on entry and on return)."""
+        self.armed = True
+        woken = False
+        lock.release()
+        try:
+            if timeout_s is None:
+                woken = self.signal.acquire()
+            else:
+                woken = self.signal.acquire(True, max(timeout_s, 0.0))
+        finally:
+            lock.acquire()
+            self._disarm(woken)
+
+    def _disarm(self, woken: bool) -> None:
         """After a wait (batcher lock held): the signal is held again, not armed."""
         if self.armed:
             self.armed = False  # timed out and nobody woke us: still held

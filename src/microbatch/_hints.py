@@ -1,15 +1,18 @@
-"""Reading the per-item types of a batch function from its annotations."""
+"""Reading type hints: the per-item types of a batch function from its annotations,
+the dtype an ``np.ndarray`` annotation declares, and whether a type is a pydantic
+model."""
 
 from __future__ import annotations
 
 import collections.abc
 import inspect
+import sys
 import types
 import typing
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["item_types"]
+__all__ = ["declared_dtype", "is_pydantic_model", "item_types"]
 
 
 def item_types(batch_function: Callable[..., Any]) -> tuple[Any, Any]:
@@ -51,3 +54,19 @@ def _element_type(hint: Any) -> Any:
         if issubclass(origin, collections.abc.Sequence) and len(args) == 1:
             return args[0]
     return Any
+
+
+def declared_dtype(hint: Any) -> Any:
+    """``np.float32`` from ``np.ndarray[Any, np.dtype[np.float32]]``; else ``None``."""
+    args = typing.get_args(hint)
+    if len(args) == 2:
+        scalar = typing.get_args(args[1])
+        if scalar and isinstance(scalar[0], type):
+            return scalar[0]
+    return None
+
+
+def is_pydantic_model(kind: Any) -> bool:
+    """Whether ``kind`` is a pydantic model class (False when pydantic is not imported)."""
+    pydantic = sys.modules.get("pydantic")
+    return pydantic is not None and isinstance(kind, type) and issubclass(kind, pydantic.BaseModel)

@@ -19,7 +19,6 @@ clock instead: advancing it past a deadline or a policy time wakes the waiter.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -28,12 +27,14 @@ from functools import partial
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
+from ._batch_timing import record_batch
 from ._calls import PENDING as _PENDING
 from ._calls import Call as _Call
 from ._calls import Entry as _Entry
 from ._calls import LoopCall as _LoopCall
 from ._calls import ThreadCall as _ThreadCall
 from ._intake import Intake, Part
+from ._loop_answers import LoopAnswers
 from .clock import Clock, MonotonicClock
 from .config import BatchConfig
 from .errors import BatcherClosed, DeadlineExceeded, MicrobatchError
@@ -46,6 +47,7 @@ from .timing import Timing
 __all__ = ["CooperativeBatcher"]
 
 _SENT = -1  # a pool thread was sent to lead for asyncio callers
+_EXPIRED = "the deadline passed before the result was ready"
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -85,8 +87,7 @@ class CooperativeBatcher(Generic[T, R]):
         self._real_time = isinstance(self._clock, MonotonicClock)
         self._now = time.monotonic if self._real_time else self._clock.now
         self._intake: Intake[_Entry] = Intake(self.config, self._now)
-        rows = self._intake.rows
-        self._fn = fn if rows is None else merged(fn, rows)
+        self._fn = fn if self._intake.rows is None else merged(fn, self._intake.rows)
         self._policy = self._intake.policy
         self._queue = self._intake.queue
         self._state = self._intake.state
@@ -103,7 +104,7 @@ class CooperativeBatcher(Generic[T, R]):
         self._runners: set[int] = set()  # threads running a batch now
         self._closers = 0  # threads waiting in close()
         self._leaders: ThreadPoolExecutor | None = None  # lead for asyncio callers
-        self._to_answer: list[_LoopCall] = []  # asyncio callers settled, not yet told
+        self._answers = LoopAnswers(self._intake.result)  # asyncio callers settled
         # The pool thread on duty to lead for asyncio callers: its id, _SENT while
         # one is on its way, None when none is (then no slot is free, or no asyncio
         # caller leads). Pool threads leading or running a batch: _drivers.
@@ -137,12 +138,7 @@ class CooperativeBatcher(Generic[T, R]):
         """
         if self._runners and threading.get_ident() in self._runners:
             raise RuntimeError("a batch function called its own batcher: that would deadlock")
-        intake = self._intake
-        if intake.plain and timeout_s is None and deadline is None:
-            due, parts = None, [Part(item, 1, 1.0, 1.0, 1)]  # nothing to work out
-        else:
-            due = intake.deadline(timeout_s, deadline)  # the one place it is worked out
-            parts = intake.parts(item)
+        due, parts = self._due_and_parts(item, timeout_s, deadline)
         with self._lock:
             call = _ThreadCall(due)
             self._enqueue(call, parts)
@@ -157,7 +153,7 @@ class CooperativeBatcher(Generic[T, R]):
             if isinstance(outcome, BaseException):
                 raise outcome
             return outcome  # type: ignore[no-any-return]
-        return intake.result([entry.outcome for entry in entries])  # type: ignore[no-any-return]
+        return self._intake.result([e.outcome for e in entries])  # type: ignore[no-any-return]
 
     async def asubmit(
         self,
@@ -171,11 +167,7 @@ class CooperativeBatcher(Generic[T, R]):
         batch runs in a thread (a blocked caller's or a pool thread), never in the
         event loop. Raises as :meth:`submit`. ``timing`` gets this batch's entry
         (see :mod:`microbatch.timing`); its first part's batch speaks for it."""
-        intake = self._intake
-        if intake.plain and timeout_s is None and deadline is None:
-            due, parts = None, [Part(item, 1, 1.0, 1.0, 1)]  # nothing to work out
-        else:
-            due, parts = intake.deadline(timeout_s, deadline), intake.parts(item)
+        due, parts = self._due_and_parts(item, timeout_s, deadline)
         call = _LoopCall(due, asyncio.get_running_loop())
         call.timing = timing
         with self._lock:
@@ -236,6 +228,15 @@ class CooperativeBatcher(Generic[T, R]):
 
     # -- intake and waiting (lock held) ------------------------------------------
 
+    def _due_and_parts(
+        self, item: Any, timeout_s: float | None, deadline: float | None
+    ) -> tuple[float | None, list[Part]]:
+        """The item's deadline, worked out here once, and its queued parts (no lock)."""
+        intake = self._intake
+        if intake.plain and timeout_s is None and deadline is None:
+            return None, [Part(item, 1, 1.0, 1.0, 1)]  # nothing to work out
+        return intake.deadline(timeout_s, deadline), intake.parts(item)
+
     def _enqueue(self, call: _Call, parts: list[Part]) -> None:
         now = self._intake.admit(len(parts), call.deadline)
         for part in parts:
@@ -249,7 +250,6 @@ class CooperativeBatcher(Generic[T, R]):
 
     def _wait_for(self, call: _ThreadCall) -> None:
         """Lead or follow until the call is settled (lock held, released meanwhile)."""
-        lock = self._lock
         while True:
             if self._leader is None:
                 self._leader = call
@@ -259,24 +259,17 @@ class CooperativeBatcher(Generic[T, R]):
                 return
             due = call.deadline
             timer = None
-            if due is not None and not self._real_time:
+            if due is not None and not self._real_time:  # a fake clock's timer wakes it
                 timer = self._clock.call_at(due, partial(self._wake_call, call))
             if due is not None and self._now() >= due:
                 if timer is not None:
                     timer.cancel()
                 self._expire(call)
                 return
-            call.armed = True
-            woken = False
-            lock.release()
+            wait_s = None if due is None or timer is not None else due - self._now()
             try:
-                if due is None or not self._real_time:
-                    woken = call.signal.acquire()
-                else:
-                    woken = call.signal.acquire(True, max(due - self._now(), 0.0))
+                call.sleep(self._lock, wait_s)
             finally:
-                lock.acquire()
-                call.disarm(woken)
                 if timer is not None:
                     timer.cancel()
 
@@ -460,44 +453,20 @@ class CooperativeBatcher(Generic[T, R]):
         self._policy.batch_finished(units, end - start)
         failed = () if memory is None else memory.failed
         self._intake.finished(batch, failed, end - start)
-        timed: list[_Entry] | None = None
+        timed: list[tuple[Timing, float]] = []  # callers' records, with their arrival
         for entry, outcome in zip(batch, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 self._stats.failed += 1
             call = entry.call
-            if isinstance(call, _LoopCall) and call.timing is not None:
-                if timed is None:
-                    timed = []
-                timed.append(entry)
+            # A request's first part's batch speaks for it; a batch here starts as taken.
+            if isinstance(call, _LoopCall) and call.timing is not None and entry is call.entries[0]:
+                timed.append((call.timing, entry.arrival))
             self._settle(entry, outcome)
-        if timed is not None:
-            self._record_timings(timed, batch, start, end, units)
+        if timed:
+            cost = sum(e.cost for e in batch) if self.config.cost_fn is not None else None
+            name = getattr(self._fn, "__name__", "")
+            record_batch(name, timed, start, start, end, units, cost)
         self._settled_some()
-
-    def _record_timings(
-        self, timed: list[_Entry], batch: list[_Entry], start: float, end: float, units: int
-    ) -> None:
-        """Append the batch's part in each timed entry's request to its record (its
-        first part's batch speaks for the request; a batch here starts as it is
-        taken), and trace the batch when any of them is traced."""
-        cost = None
-        if self.config.cost_fn is not None:
-            cost = sum(other.cost for other in batch)
-        name = getattr(self._fn, "__name__", "")
-        traced = []
-        for entry in timed:
-            call = entry.call
-            assert isinstance(call, _LoopCall) and call.timing is not None
-            if entry is not call.entries[0]:
-                continue
-            timing = call.timing
-            timing.record(name, max(start - entry.arrival, 0.0), 0.0, end - start, units, cost)
-            if timing.span is not None:
-                traced.append((timing, entry.arrival))
-        if traced:
-            traced[0][0].tracer.batch(
-                traced[0][0].stages[-1].stage, start, end, units, cost, traced
-            )
 
     # -- settling (lock held) ----------------------------------------------------
 
@@ -511,25 +480,8 @@ class CooperativeBatcher(Generic[T, R]):
             return
         if isinstance(call, _ThreadCall):
             call.wake()
-        elif isinstance(call, _LoopCall) and not call.answered:
-            call.answered = True
-            self._to_answer.append(call)  # answered together, by _settled_some()
-
-    def _answer(self, calls: list[_LoopCall]) -> None:
-        """In the callers' loop: each one's result, from its settled items."""
-        for call in calls:
-            if call.future.done():
-                continue
-            entries = call.entries
-            if len(entries) == 1 and not isinstance(entries[0].outcome, BaseException):
-                call.future.set_result(entries[0].outcome)
-                continue
-            try:
-                result = self._intake.result([entry.outcome for entry in entries])
-            except BaseException as exc:
-                call.future.set_exception(exc)
-            else:
-                call.future.set_result(result)
+        elif isinstance(call, _LoopCall):
+            self._answers.add(call)  # answered together, by _settled_some()
 
     def _expire(self, call: _Call) -> None:
         for entry in call.entries:
@@ -537,21 +489,12 @@ class CooperativeBatcher(Generic[T, R]):
                 self._stats.expired += 1
                 if entry.queued:
                     self._queue.drop(entry)
-                self._settle(
-                    entry, DeadlineExceeded("the deadline passed before the result was ready")
-                )
+                self._settle(entry, DeadlineExceeded(_EXPIRED))
         self._settled_some()
 
     def _settled_some(self) -> None:
         """After settling items: answer the asyncio callers settled (one callback
         per loop, not one wake-up of the loop per item), and wake close()."""
-        if self._to_answer:
-            by_loop: dict[asyncio.AbstractEventLoop, list[_LoopCall]] = {}
-            for call in self._to_answer:
-                by_loop.setdefault(call.loop, []).append(call)
-            self._to_answer = []
-            for loop, calls in by_loop.items():
-                with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
-                    loop.call_soon_threadsafe(self._answer, calls)
+        self._answers.send()
         if self._closers and not (self._state.count or self._state.in_flight):
             self._settled.notify_all()

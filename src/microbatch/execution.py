@@ -116,18 +116,11 @@ def run_batch(
     plan = execution_plan(len(items), isolate_errors, memory)
     next(plan)
     while True:
+        call = _next_call(plan, reply, wanted, memory)
+        if isinstance(call, list):
+            return call
         try:
-            start, stop = plan.send(reply)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        keep = _still_wanted(start, stop, wanted)
-        if memory is not None:
-            memory.running = range(start, stop) if keep is None else keep
-        try:
-            if keep is None:
-                reply = fn(items[start:stop])
-            else:
-                reply = _spread(fn([items[i] for i in keep]) if keep else [], keep, start, stop)
+            reply = call.placed([] if call.empty else fn(call.items(items)))
         except Exception as exc:
             reply = exc
 
@@ -183,19 +176,11 @@ async def run_batch_async(
     plan = execution_plan(len(items), isolate_errors, memory)
     next(plan)
     while True:
+        call = _next_call(plan, reply, wanted, memory)
+        if isinstance(call, list):
+            return call
         try:
-            start, stop = plan.send(reply)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        keep = _still_wanted(start, stop, wanted)
-        if memory is not None:
-            memory.running = range(start, stop) if keep is None else keep
-        try:
-            if keep is None:
-                reply = await fn(items[start:stop])
-            else:
-                chosen = [items[i] for i in keep]
-                reply = _spread(await fn(chosen) if keep else [], keep, start, stop)
+            reply = call.placed([] if call.empty else await fn(call.items(items)))
         except Exception as exc:
             reply = exc
 
@@ -218,6 +203,47 @@ class _Unwanted:
 
 
 UNWANTED: Any = _Unwanted()
+
+
+class _Call:
+    """The next call of a plan: a span of the batch, less the items no longer wanted."""
+
+    __slots__ = ("keep", "start", "stop")
+
+    def __init__(self, start: int, stop: int, keep: list[int] | None) -> None:
+        self.start, self.stop = start, stop
+        self.keep = keep  # None: every item of the span
+
+    @property
+    def empty(self) -> bool:
+        """No item of the span is wanted: nothing to call."""
+        return self.keep == []
+
+    def items(self, batch: list[Any]) -> list[Any]:
+        """The items to call the batch function on."""
+        if self.keep is None:
+            return batch[self.start : self.stop]
+        return [batch[i] for i in self.keep]
+
+    def placed(self, results: Sequence[Any]) -> object:
+        """The call's results at their places in the span (left-out items UNWANTED)."""
+        if self.keep is None:
+            return results
+        return _spread(results, self.keep, self.start, self.stop)
+
+
+def _next_call(
+    plan: Plan, reply: object, wanted: Callable[[int], bool] | None, memory: MemorySplits | None
+) -> _Call | list[Any]:
+    """Send the last call's ``reply`` to ``plan``: the next call, or the outcomes."""
+    try:
+        start, stop = plan.send(reply)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    keep = _still_wanted(start, stop, wanted)
+    if memory is not None:
+        memory.running = range(start, stop) if keep is None else keep
+    return _Call(start, stop, keep)
 
 
 def _still_wanted(start: int, stop: int, wanted: Callable[[int], bool] | None) -> list[int] | None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
-import sys
 import types
 import typing
 from collections.abc import Sequence
@@ -31,6 +30,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from ._hints import declared_dtype, is_pydantic_model
 from .tensors import DATATYPES, Tensor, TensorError, datatype_of
 
 __all__ = ["Signature", "TensorSpec", "field_values", "record_fields", "signature_of"]
@@ -325,7 +325,7 @@ def _spec(name: str, hint: Any, required: bool) -> TensorSpec:
             name, "BYTES", row_shape, frozenset({"BYTES"}), hint is str, scalar, required
         )
     elif _is_array_type(hint):
-        dtype = _declared_dtype(hint)
+        dtype = declared_dtype(hint)
         if dtype is None:
             return TensorSpec(name, ANY, None, _NUMBERS, required=required, array=True)
         datatype = datatype_of(np.empty(0, dtype=dtype))
@@ -358,18 +358,3 @@ def _is_list(hint: Any) -> bool:
 
 def _is_array_type(hint: Any) -> bool:
     return hint is np.ndarray or typing.get_origin(hint) is np.ndarray
-
-
-def _declared_dtype(hint: Any) -> Any:
-    args = typing.get_args(hint)
-    if len(args) == 2:
-        scalar = typing.get_args(args[1])
-        if scalar and isinstance(scalar[0], type):
-            return scalar[0]
-    return None
-
-
-def is_pydantic_model(kind: Any) -> bool:
-    """Whether ``kind`` is a pydantic model class (False when pydantic is not imported)."""
-    pydantic = sys.modules.get("pydantic")
-    return pydantic is not None and isinstance(kind, type) and issubclass(kind, pydantic.BaseModel)

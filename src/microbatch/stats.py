@@ -17,6 +17,7 @@ __all__ = [
     "QUEUE_WAIT_BUCKETS_S",
     "STREAM_TIME_BUCKETS_S",
     "BatcherStats",
+    "Histogram",
     "ServiceStats",
     "StageStats",
     "StatsRecorder",
@@ -264,7 +265,10 @@ class StreamStats:
     chunks_counts_sum: float
 
 
-class _Histogram:
+class Histogram:
+    """Counts per bucket (``counts[i]``: values up to ``bounds[i]``; the last: above)
+    and the sum of the values; the caller serialises access."""
+
     __slots__ = ("bounds", "counts", "total")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
@@ -273,6 +277,7 @@ class _Histogram:
         self.total = 0.0
 
     def add(self, value: float) -> None:
+        """Count one value."""
         self.counts[bisect_left(self.bounds, value)] += 1
         self.total += value
 
@@ -289,9 +294,9 @@ class StreamStatsRecorder:
         self.steps = 0
         self.step_seconds = 0.0
         self.chunks = 0
-        self._first = _Histogram(STREAM_TIME_BUCKETS_S)
-        self._between = _Histogram(STREAM_TIME_BUCKETS_S)
-        self._lengths = _Histogram(tuple(float(b) for b in CHUNKS_BUCKETS))
+        self._first = Histogram(STREAM_TIME_BUCKETS_S)
+        self._between = Histogram(STREAM_TIME_BUCKETS_S)
+        self._lengths = Histogram(tuple(float(b) for b in CHUNKS_BUCKETS))
 
     def stepped(self, active: int, started_s: float | None, finished_s: float | None) -> None:
         """One step ran over ``active`` items."""

@@ -6,21 +6,19 @@ and the environment variable it falls back to.
 Ray Serve's proxy). Each of its flags names the modes it works in; given in any other
 mode it is refused, with a message naming the flag, the mode, and why.
 
-The parser is built from the table with no defaults of its own, so that what the user
-gave is told apart from what was left out; :func:`parse` then fills in the environment
-and the defaults.
+What an option is lives in :mod:`._option`; the parser is built from the table by
+:mod:`._parser`, with no defaults of its own, so that what the user gave is told apart
+from what was left out; :func:`parse` then fills in the environment and the defaults.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from .. import __version__
 from ..http.app import HttpConfig
 from ._config import (
     CONFIG_ENV,
@@ -33,6 +31,19 @@ from ._config import (
     read_config_file,
     stage_settings,
 )
+from ._option import (
+    MODE_NAMES,
+    MODES,
+    Command,
+    Mode,
+    Option,
+    float_list,
+    int_list,
+    non_negative_float,
+    positive_float,
+    positive_int,
+)
+from ._parser import modes_table, parsers
 
 __all__ = [
     "COMMANDS",
@@ -46,124 +57,6 @@ __all__ = [
     "parse",
     "serve_mode",
 ]
-
-Mode = Literal["plain", "workers", "ray"]
-MODES: tuple[Mode, ...] = ("plain", "workers", "ray")
-_EVERY_MODE = frozenset(MODES)
-_MODE_NAMES: Mapping[Mode, str] = {
-    "plain": "serve",
-    "workers": "serve --workers N",
-    "ray": "serve --ray",
-}
-
-
-def positive_int(text: str) -> int:
-    """An integer >= 1 (argparse type)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """A finite number > 0 (argparse type)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    """A finite number >= 0 (argparse type)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 <= value < math.inf:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
-
-
-def int_list(text: str) -> tuple[int, ...]:
-    """``1,16,64`` (argparse type)."""
-    try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"expected integers like 1,16,64, got {text!r}") from error
-
-
-def float_list(text: str) -> tuple[float, ...]:
-    """``100,500`` (argparse type)."""
-    try:
-        return tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"expected numbers like 100,500, got {text!r}") from error
-
-
-@dataclass(frozen=True, slots=True)
-class Option:
-    """One flag (or positional argument) of one command.
-
-    Attributes:
-        flags: ``("--port",)``, ``("-c", "--concurrency")``, or a positional's name.
-        help: What it does (the mode notes are added to it).
-        default: Its value when neither given nor in the environment.
-        type: Converts the text given (argparse type).
-        action: ``store_true`` or ``append``; None: one value.
-        choices: The values allowed.
-        metavar: Its value's name in the help.
-        env: An environment variable read when the flag is not given.
-        modes: ``serve`` only: the modes it works in.
-        refused: ``serve`` only: why it does not work in the other modes.
-        exclusive: Options of one command sharing this name exclude each other.
-        nargs: A positional's ``"*"``: any number of values, absent when none.
-    """
-
-    flags: tuple[str, ...]
-    help: str
-    default: Any = None
-    type: Callable[[str], Any] | None = None
-    action: Literal["store_true", "append"] | None = None
-    choices: tuple[str, ...] | None = None
-    metavar: str | None = None
-    env: str | None = None
-    modes: frozenset[Mode] = _EVERY_MODE
-    refused: str = ""
-    exclusive: str | None = None
-    nargs: Literal["*"] | None = None
-
-    @property
-    def dest(self) -> str:
-        """The attribute it is parsed into."""
-        name = next((flag for flag in self.flags if flag.startswith("--")), self.flags[0])
-        return name.lstrip("-").replace("-", "_")
-
-    @property
-    def name(self) -> str:
-        """How messages name it: its long flag."""
-        return next((flag for flag in self.flags if flag.startswith("--")), self.flags[0])
-
-    @property
-    def positional(self) -> bool:
-        """A positional argument (always given)."""
-        return not self.flags[0].startswith("-")
-
-
-@dataclass(frozen=True, slots=True)
-class Command:
-    """One sub-command: its help and its options."""
-
-    name: str
-    help: str
-    options: tuple[Option, ...]
-    description: str | None = None
-
 
 _TOKEN_ENV = "MICROBATCH_AUTH_TOKEN"
 _NOT_RAY_HTTP = "Ray Serve's proxy speaks HTTP there, not microbatch's server"
@@ -508,36 +401,7 @@ def serve_mode(values: Mapping[str, Any]) -> Mode:
 def build_parser() -> argparse.ArgumentParser:
     """The ``microbatch`` parser, built from :data:`COMMANDS` (options without defaults:
     an option left out is absent from the namespace)."""
-    return _parsers()[0]
-
-
-def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    """The ``microbatch`` parser and each command's own."""
-    parser = argparse.ArgumentParser(prog="microbatch", description="Dynamic batching for models.")
-    parser.add_argument("--version", action="version", version=f"microbatch {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    subs: dict[str, argparse.ArgumentParser] = {}
-    for command in COMMANDS.values():
-        subs[command.name] = sub = commands.add_parser(
-            command.name,
-            help=command.help,
-            description=command.description or command.help,
-            epilog=options_table() if command.name == "serve" else None,
-            formatter_class=(
-                argparse.RawDescriptionHelpFormatter  # the table keeps its lines
-                if command.name == "serve"
-                else argparse.HelpFormatter
-            ),
-        )
-        groups: dict[str, Any] = {}
-        for option in command.options:
-            target: Any = sub
-            if option.exclusive is not None:
-                if option.exclusive not in groups:
-                    groups[option.exclusive] = sub.add_mutually_exclusive_group()
-                target = groups[option.exclusive]
-            target.add_argument(*option.flags, **_argparse_keywords(command, option))
-    return parser, subs
+    return parsers(COMMANDS.values())[0]
 
 
 def parse(argv: Sequence[str] | None = None) -> Parsed:
@@ -548,7 +412,7 @@ def parse(argv: Sequence[str] | None = None) -> Parsed:
     Raises:
         SystemExit: With status 2 and a message on stderr, for a bad command line.
     """
-    parser, subs = _parsers()
+    parser, subs = parsers(COMMANDS.values())
     namespace = vars(parser.parse_args(argv))
     command = COMMANDS[namespace.pop("command")]
     sub = subs[command.name]
@@ -579,7 +443,7 @@ def parse(argv: Sequence[str] | None = None) -> Parsed:
         mode = serve_mode(values)
         for option in command.options:
             if option.dest in namespace and mode not in option.modes:  # given on the line
-                sub.error(f"{option.name} does not work with {_MODE_NAMES[mode]}: {option.refused}")
+                sub.error(f"{option.name} does not work with {MODE_NAMES[mode]}: {option.refused}")
     return Parsed(command.name, values, frozenset(given))
 
 
@@ -593,46 +457,4 @@ def _config_file(command: Command, namespace: Mapping[str, Any]) -> ConfigFile:
 
 def options_table() -> str:
     """``serve``'s options by mode, as plain text (its ``--help`` epilog)."""
-    shown = [option for option in SERVE.options if not option.positional and option.dest != "ray"]
-    width = max(len(option.name) for option in shown)
-    lines = [
-        "where each option works:",
-        f"  {'':{width}}  {'serve':>5}  {'--workers N':>11}  {'--ray':>5}",
-    ]
-    for option in shown:
-        marks = ["yes" if mode in option.modes else "no" for mode in MODES]
-        lines.append(f"  {option.name:{width}}  {marks[0]:>5}  {marks[1]:>11}  {marks[2]:>5}")
-    return "\n".join(lines)
-
-
-def _argparse_keywords(command: Command, option: Option) -> dict[str, Any]:
-    keywords: dict[str, Any] = {"help": _help(command, option)}
-    if option.positional:
-        keywords["metavar"] = option.metavar
-        if option.nargs is not None:
-            keywords["nargs"] = option.nargs
-            keywords["default"] = argparse.SUPPRESS
-        return keywords
-    keywords["default"] = argparse.SUPPRESS
-    keywords["dest"] = option.dest
-    if option.action is not None:
-        keywords["action"] = option.action
-    if option.type is not None:
-        keywords["type"] = option.type
-    if option.choices is not None:
-        keywords["choices"] = option.choices
-    if option.metavar is not None:
-        keywords["metavar"] = option.metavar
-    return keywords
-
-
-def _help(command: Command, option: Option) -> str:
-    text = option.help
-    if not (option.default is None or option.action == "store_true" or option.default == ()):
-        text += f" (default {option.default})"
-    names = env_names(option) if command is SERVE and not option.positional else ()
-    if names or option.env is not None:
-        text += f"; env {' or '.join(names or (option.env or '',))}"
-    if command is SERVE and option.modes != _EVERY_MODE:
-        text += "; only with " + " or ".join(_MODE_NAMES[m] for m in MODES if m in option.modes)
-    return text.replace("%", "%%")
+    return modes_table(SERVE)

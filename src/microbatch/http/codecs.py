@@ -18,6 +18,8 @@ from typing import Any
 
 import msgspec
 
+from .._hints import declared_dtype, is_pydantic_model
+
 __all__ = [
     "CODECS",
     "JSON",
@@ -72,12 +74,6 @@ def encode_hook(value: Any) -> Any:
     raise NotImplementedError(f"cannot encode {type(value).__name__}")
 
 
-def is_pydantic_model(kind: Any) -> bool:
-    """Whether ``kind`` is a pydantic model class (False when pydantic is not imported)."""
-    pydantic = sys.modules.get("pydantic")
-    return pydantic is not None and isinstance(kind, type) and issubclass(kind, pydantic.BaseModel)
-
-
 def _pydantic_decoder(model: Any, parse: Callable[[bytes], Any] | None) -> Decoder:
     """Validate with pydantic: straight from JSON bytes, or from what ``parse`` made of
     the body. A validation error becomes ``msgspec.ValidationError`` naming the
@@ -128,7 +124,7 @@ def decode_hook(expected: Any, value: Any) -> Any:
         expected is not numpy.ndarray and typing.get_origin(expected) is not numpy.ndarray
     ):
         raise NotImplementedError(f"cannot decode {expected!r}")
-    dtype = _declared_dtype(expected)
+    dtype = declared_dtype(expected)
     try:
         # errstate is per context (numpy 2): a float cast that overflows raises here only
         with numpy.errstate(over="raise"):
@@ -147,16 +143,6 @@ def _short(error: BaseException, limit: int = 120) -> str:
     """An error's message cut to ``limit`` characters (it may quote a 400-digit number)."""
     text = str(error)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _declared_dtype(expected: Any) -> Any:
-    """``np.float32`` from ``np.ndarray[Any, np.dtype[np.float32]]``; else ``None``."""
-    args = typing.get_args(expected)
-    if len(args) == 2:
-        scalar = typing.get_args(args[1])
-        if scalar and isinstance(scalar[0], type):
-            return scalar[0]
-    return None
 
 
 _json_encoder = msgspec.json.Encoder(enc_hook=encode_hook)

@@ -6,7 +6,6 @@ service (queues, batches, workers) is read from ``stats()`` when Prometheus scra
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -25,6 +24,7 @@ from ..stats import (
     CHUNKS_BUCKETS,
     QUEUE_WAIT_BUCKETS_S,
     STREAM_TIME_BUCKETS_S,
+    Histogram,
     ServiceStats,
 )
 
@@ -263,7 +263,7 @@ class RequestCollector(Collector):
 
     def __init__(self) -> None:
         self._counts: dict[tuple[str, int], int] = {}
-        self._latencies: dict[str, _Histogram] = {}
+        self._latencies: dict[str, Histogram] = {}
         self.others = RequestCounts()
 
     def record(self, route: str, status: int, seconds: float) -> None:
@@ -272,8 +272,8 @@ class RequestCollector(Collector):
         self._counts[key] = self._counts.get(key, 0) + 1
         histogram = self._latencies.get(route)
         if histogram is None:
-            histogram = self._latencies[route] = _Histogram(_LATENCY_BUCKETS_S)
-        histogram.observe(seconds)
+            histogram = self._latencies[route] = Histogram(_LATENCY_BUCKETS_S)
+        histogram.add(seconds)
 
     def snapshot(self) -> RequestCounts:
         """What this process has recorded so far (a copy)."""
@@ -303,21 +303,6 @@ class RequestCollector(Collector):
             latency.add_metric([route], cumulative, sum_value=total)
         yield requests
         yield latency
-
-
-class _Histogram:
-    """Counts per bucket (``counts[i]``: values up to ``bounds[i]``; the last: above)."""
-
-    __slots__ = ("bounds", "counts", "total")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.total = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.total += value
 
 
 def _cumulative_counts(bounds: Sequence[float], counts: Sequence[int]) -> list[tuple[str, float]]:
