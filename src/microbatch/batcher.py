@@ -145,10 +145,6 @@ class Batcher(Generic[T, R]):
         self._state = self._intake.state
         self._stats = self._intake.stats
         self._policy = self._intake.policy
-        # a policy that learns what a batch costs outside the model (AdaptivePolicy)
-        self._round_trip: Callable[[float], None] | None = getattr(
-            self._policy, "batch_round_trip", None
-        )
         self._slots = self.config.max_concurrent_batches
         # Batches handed to the runner and not done, oldest first: id -> units.
         self._handed: dict[int, int] = {}
@@ -429,15 +425,12 @@ class Batcher(Generic[T, R]):
 
     def _release(self, now: float) -> None:
         batch, units = self._queue.take(now)
-        idle = not self._handed  # it goes straight to the model: its trip there is timed
         self._handed[id(batch)] = units
-        task = asyncio.get_running_loop().create_task(self._run(batch, units, now, idle))
+        task = asyncio.get_running_loop().create_task(self._run(batch, units, now))
         self._tasks.add(task)  # the loop keeps only a weak reference to tasks
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(
-        self, batch: list[_Entry], units: int, released: float, idle: bool = False
-    ) -> None:
+    async def _run(self, batch: list[_Entry], units: int, released: float) -> None:
         """Hand one batch to the runner and settle every future in it."""
         job = BatchJob(
             [entry.item for entry in batch],
@@ -454,23 +447,16 @@ class Batcher(Generic[T, R]):
             if not isinstance(exc, Exception):
                 raise
         else:
-            self._settle_batch(batch, done, released, idle)
+            self._settle_batch(batch, done, released)
         finally:
             self._batch_done(batch)
 
-    def _settle_batch(
-        self, batch: list[_Entry], done: BatchDone, released: float, idle: bool = False
-    ) -> None:
+    def _settle_batch(self, batch: list[_Entry], done: BatchDone, released: float) -> None:
         started, finished = done.started_s, done.finished_s
         duration = None
         if started is not None and finished is not None and done.units > 0:
             duration = finished - started
             self._policy.batch_finished(done.units, duration)
-            if self._round_trip is not None:
-                back = self._now() - finished
-                # the trip there is timed only into an idle slot (else it includes the
-                # wait for the batch before); the way back stands in for it otherwise
-                self._round_trip(back + (started - released if idle else back))
         self._intake.finished(batch, done.out_of_memory, duration)
         outcomes = done.outcomes
         if len(outcomes) != len(batch):

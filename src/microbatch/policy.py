@@ -341,9 +341,7 @@ class AdaptivePolicy:
     Items that waited through a batch (or would wait behind a running one) are
     held back, unless full or at the latency limit, only while merging them with
     that batch's callers pays: those come back within the turnaround, and one batch
-    instead of two saves ``cost(queued) + cost(theirs) - cost(both)`` of model time,
-    plus one batch's round trip outside the model (:attr:`round_trip_s`: for a tiny
-    model behind a worker process's pipes, most of what a batch costs).
+    instead of two saves ``cost(queued) + cost(theirs) - cost(both)`` of model time.
     So they are held while the turnaround is shorter than that saving, for at most
     the saving (past it, waiting costs more than it saves). Otherwise, with a slot
     free, they go at once ("waited"); behind a running batch, they are handed over
@@ -374,10 +372,6 @@ class AdaptivePolicy:
         self.shape = ShapeCostModel()
         self._padding = 1.0  # recent batches' cost over their items' summed cost
         self._cost_per_item = 0.0  # recent items' mean cost
-        self.round_trip_s = 0.0
-        """A batch's cost outside its model run, as its batcher saw it (averaged): its
-        trip to the model and its outcomes' trip back (a worker process's pipes, the
-        serving process's work per batch). Merging two batches saves it once."""
         self.reason = ""
 
     def release_at(self, state: QueueState, now: float) -> float:
@@ -446,7 +440,6 @@ class AdaptivePolicy:
             return float("-inf")
         predict = self._predict
         saved = predict(state, state.size) + predict(state, coming) - predict(state, both)
-        saved += self.round_trip_s
         if turnaround >= saved:
             return float("-inf")
         # Waiting pays until it has cost as much as it saves; the callers coming
@@ -456,16 +449,6 @@ class AdaptivePolicy:
     def batch_finished(self, size: int, duration_s: float) -> None:
         """Feed the cost model."""
         self.cost.observe(size, duration_s)
-
-    def batch_round_trip(self, seconds: float) -> None:
-        """Learn a batch's round trip outside its model run (see :attr:`round_trip_s`):
-        a batcher calls this for each batch whose model times it knows."""
-        if seconds < 0:
-            return
-        if self.round_trip_s == 0.0:
-            self.round_trip_s = seconds
-        else:
-            self.round_trip_s += 0.1 * (seconds - self.round_trip_s)
 
     def batch_cost_finished(self, items: int, cost: float, total: float, duration_s: float) -> None:
         """Learn from a batch's shape: ``items`` items whose costs sum to ``total``,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from microbatch import AdaptivePolicy, Batcher, DeadlineExceeded, FixedPolicy, QueueState
+from microbatch import Batcher, DeadlineExceeded, FixedPolicy, QueueState
 from microbatch.testing import FakeClock
 from microbatch.types import BatchDone, BatchJob
 from tests.conftest import settle
@@ -152,22 +152,6 @@ async def test_the_cost_is_learned_from_the_runners_times_only(clock: FakeClock)
     runner.finish(1, 104.0, 105.5)
     await asyncio.gather(*tasks)
     assert policy.taught == [(2, 1.5)]
-
-
-async def test_the_policy_learns_a_batchs_round_trip_outside_the_model(
-    clock: FakeClock,
-) -> None:
-    runner = HeldRunner()
-    batcher: Batcher[int, int] = Batcher(runner=runner, clock=clock, max_batch_size=4)
-    policy = batcher.policy
-    assert isinstance(policy, AdaptivePolicy) and policy.round_trip_s == 0.0
-    task = asyncio.create_task(batcher.submit(1))  # released at 100.0 into an idle slot
-    await settle()
-    clock.advance(0.004)  # the result is back 1 ms after the model finished
-    runner.finish(0, 100.001, 100.003)  # 1 ms to the model, 2 ms in it
-    assert await task == 10
-    assert policy.round_trip_s == pytest.approx(0.002)  # there and back, not the model
-    await batcher.close()
 
 
 class Recording(FixedPolicy):

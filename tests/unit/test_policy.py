@@ -199,17 +199,6 @@ class TestAdaptive:
         assert policy.release_at(state, 0.002) == 0.002
         assert policy.reason == "full"
 
-    def test_merging_counts_the_round_trip_a_batch_costs_outside_the_model(self) -> None:
-        # Callers back within 3 ms: merging saves 2 ms of model time (not enough) plus
-        # one round trip through the worker's pipes, learned from the batcher.
-        policy, state = self.behind(turnaround_s=0.003)
-        for _ in range(20):
-            policy.batch_round_trip(0.0015)
-        policy.batch_round_trip(-1.0)  # a clock that went backwards teaches nothing
-        assert policy.round_trip_s == pytest.approx(0.0015)
-        assert policy.release_at(state, 0.001) == pytest.approx(0.010 - policy.cost.predict(9))
-        assert policy.reason == "merge"
-
     def waited(self, *, turnaround_s: float) -> tuple[AdaptivePolicy, QueueState]:
         """Two cohorts of 64 callers: 24 queued while the other 40 ran; those 40
         just finished at 5 ms and are not back yet."""
