@@ -95,6 +95,13 @@ CONTENDERS = {
         ),
         replace(
             MICROBATCH,
+            name="microbatch-before",
+            settings="as microbatch, with the code under --before-src (a checkout's src/ "
+            "put first on PYTHONPATH): before and after in one run",
+            venv_name="microbatch",
+        ),
+        replace(
+            MICROBATCH,
             name="microbatch-no-timing",
             settings="as microbatch, with `--no-server-timing`: the CPU per request of the "
             "Server-Timing header is the difference to microbatch (issue 19: within 5%)",
@@ -134,6 +141,9 @@ CONTENDERS = {
 }
 
 
+BEFORE_SRC: Path | None = None  # --before-src: the code microbatch-before runs
+
+
 def serving_workload(
     contender: Contender, workload: str, counter: Path, logs: Path
 ) -> AbstractContextManager[Running]:
@@ -143,6 +153,10 @@ def serving_workload(
         "BENCH_WORKLOAD": workload,
         "BENCH_COUNTER_FILE": str(counter),
     }
+    if contender.name == "microbatch-before":
+        if BEFORE_SRC is None:
+            raise SystemExit("microbatch-before needs --before-src PATH (a checkout's src/)")
+        env["PYTHONPATH"] = str(BEFORE_SRC)
     return serving(contender, env, logs / f"{contender.name}-{workload}.log")
 
 
@@ -438,7 +452,9 @@ def plot(report: dict[str, Any], path: Path) -> bool:
 def parse_args() -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    default = [name for name in CONTENDERS if name != "microbatch-no-timing"]
+    default = [
+        name for name in CONTENDERS if name not in ("microbatch-no-timing", "microbatch-before")
+    ]
     parser.add_argument("--contenders", nargs="+", default=default, choices=CONTENDERS)
     parser.add_argument(
         "--workloads",
@@ -453,6 +469,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--name", default="http", help="report file names: NAME.json, NAME.md, NAME.png"
     )
+    parser.add_argument(
+        "--before-src",
+        type=Path,
+        help="for microbatch-before: a src/ directory of the code to compare against "
+        "(e.g. from `git archive BASE src | tar -x -C /tmp/before`)",
+    )
     parser.add_argument("--logs", type=Path, default=RESULTS / "logs", help="server logs")
     return parser.parse_args()
 
@@ -460,6 +482,8 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     """Install what is missing, run every contender on every workload, write the report."""
     args = parse_args()
+    global BEFORE_SRC
+    BEFORE_SRC = args.before_src.resolve() if args.before_src else None
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found: apt-get install -y wrk")
     args.logs.mkdir(parents=True, exist_ok=True)

@@ -309,12 +309,12 @@ class Batcher(Generic[T, R]):
             self._deadlines.watch(entry, deadline)  # one timer for every item's deadline
         self._queue.add(entry, now)
         if self._may_release():
-            if not self._handed or self._state.size >= self.config.max_batch_size:
+            if self._state.size >= self.config.max_batch_size:
                 self._dispatch()
             elif not self._dispatch_soon:
-                # A batch is running: ask the policy once the loop has taken every
-                # request that came in with this one (the same round of I/O), not once
-                # per arrival, so the next batch holds the whole round.
+                # Ask the policy once the loop has taken every request that came in
+                # with this one (the same round of I/O), not once per arrival, so the
+                # next batch holds the whole round.
                 self._dispatch_soon = True
                 loop.call_soon(self._dispatch_arrivals)
         return entry

@@ -19,7 +19,8 @@ import msgspec
 import pytest
 
 from microbatch.http.app import HttpApp, HttpConfig
-from microbatch.serve.connection import ConnectionLimits, Front, HttpConnection
+from microbatch.serve.connection import HttpConnection
+from microbatch.serve.http_front import ConnectionLimits, Front
 from microbatch.stats import ServiceStats
 from microbatch.testing import FakeClock
 

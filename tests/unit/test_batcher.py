@@ -454,3 +454,24 @@ async def test_items_arriving_together_behind_a_running_batch_form_one_batch(
     await settle()
     assert model.batches == [[0], [1, 2, 3]]
     assert (await first, [await c for c in later]) == (0, [10, 20, 30])
+
+
+async def test_items_arriving_together_at_an_idle_slot_form_one_batch(clock: FakeClock) -> None:
+    model = Model(clock)
+    batcher = Batcher(model, clock=clock, max_batch_size=8, max_latency_ms=10)
+    # Four callers in the same round of the loop while nothing runs: the policy is
+    # asked once the round is in, so they go as one batch (not the first alone).
+    callers = [asyncio.create_task(batcher.submit(i)) for i in range(4)]
+    await settle()
+    assert model.batches == [[0, 1, 2, 3]]
+    assert [await c for c in callers] == [0, 10, 20, 30]
+    await batcher.close()
+
+
+async def test_a_lone_caller_at_an_idle_slot_goes_without_waiting(clock: FakeClock) -> None:
+    model = Model(clock)
+    batcher = Batcher(model, clock=clock, max_batch_size=8, max_latency_ms=10)
+    for i in range(3):  # one caller at a time: no fake time passes, yet every one runs
+        assert await asyncio.wait_for(batcher.submit(i), 1.0) == 10 * i
+    assert model.batches == [[0], [1], [2]]
+    await batcher.close()

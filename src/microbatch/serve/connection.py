@@ -25,147 +25,27 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, cast
 from urllib.parse import unquote
 
 import httptools
 
-from ..clock import Clock, Timer
 from ..http.asgi import BODY_DEADLINE_EXTENSION, DISCONNECT_EXTENSION
-from ..http.codecs import JSON, Codec
-from ..http.predict import Checked, Predictor, encode_result, error_response
 from ..http.request_id import REQUEST_ID_HEADER
 from ..http.status import BodyTooLarge
-from ..timing import Timing
 from .asgi_cycle import AsgiCycle
 from .chunked import TOO_LONG, ChunkedEnd
-from .responses import (
-    BAD_REQUEST,
-    CONTINUE,
-    HEADERS_TOO_LARGE,
-    REQUEST_TIMEOUT,
-    SERVICE_UNAVAILABLE,
-    head,
-    ok_head,
-)
+from .fast_path import FastPath
+from .limits import BODY, CLOSED, HEAD, WAIT, ConnectionOwner
+from .responses import BAD_REQUEST, CONTINUE, HEADERS_TOO_LARGE, SERVICE_UNAVAILABLE
 
-__all__ = ["ConnectionLimits", "Front", "HttpConnection"]
+__all__ = ["HttpConnection"]
 
 logger = logging.getLogger("microbatch.serve")
 
 _BLANK_LINE = b"\r\n\r\n"
-_CLOSE = b"connection: close\r\n"
-_KEEP_ALIVE = b"connection: keep-alive\r\n"
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
-_CLIENT_CLOSED = 499  # recorded in metrics only: nobody is left to answer
-
-# phases of a connection
-_HEAD = 0  # waiting for a request's headers (idle included)
-_BODY = 1  # reading a request's body
-_WAIT = 2  # the request is in; its response is not out yet
-_CLOSED = 3
-
-
-@dataclass(frozen=True)
-class ConnectionLimits:
-    """The limits every connection keeps.
-
-    Args:
-        header_timeout_s: Longest time from a connection's start (or its previous
-            response) until a request's headers are complete; then 408 and close.
-        body_timeout_s: Longest time from a request's headers to the end of its body;
-            then 408 and close.
-        keep_alive_s: An idle connection (no byte of a next request) closes after this.
-        max_header_bytes: Most bytes of a request's line and headers; then 431 and close.
-        max_connections: Open connections; one more is answered 503 and closed.
-    """
-
-    header_timeout_s: float = 10.0
-    body_timeout_s: float = 30.0
-    keep_alive_s: float = 5.0
-    max_header_bytes: int = 64 * 1024
-    max_connections: int = 4096
-
-
-AsgiApp = Callable[[Any, Any, Any], Awaitable[None]]
-Record = Callable[[str, int, float, str, str], None]
-
-
-class Front:
-    """What the connections of one server share: the app, its fast routes, the limits,
-    and the open connections (for the cap and the drain).
-
-    Args:
-        app: The ASGI app (every route that is not a fast one).
-        limits: The connection limits.
-        predictors: Fast routes by path (see :meth:`HttpApp.native_predictors`).
-        record: Records a finished fast request (route, status, seconds, request id,
-            client address).
-        clock: Reads the time and sets the connections' timers; by default the
-            running loop's (tests pass a :class:`~microbatch.testing.FakeClock`).
-    """
-
-    def __init__(
-        self,
-        app: AsgiApp,
-        limits: ConnectionLimits,
-        predictors: Mapping[str, Predictor] | None = None,
-        record: Record | None = None,
-        clock: Clock | None = None,
-    ) -> None:
-        self.app = app
-        self.clock = clock
-        self.limits = limits
-        self.predictors = {path.encode(): p for path, p in (predictors or {}).items()}
-        self.record: Record = record if record is not None else _ignore
-        self.connections: set[HttpConnection] = set()
-        self.closing = False
-        self._all_closed: asyncio.Future[None] | None = None
-
-    def __call__(self) -> HttpConnection:
-        """A protocol for a new connection (``loop.create_server(front, ...)``)."""
-        return HttpConnection(self)
-
-    def shut_down(self) -> None:
-        """Take no new request: idle connections close now, busy ones after their
-        response."""
-        self.closing = True
-        for connection in list(self.connections):
-            connection.shut_down()
-
-    async def wait_closed(self) -> None:
-        """Until every connection is closed."""
-        if self.connections:
-            self._all_closed = asyncio.get_running_loop().create_future()
-            await self._all_closed
-
-    def close_all(self) -> None:
-        """Close every connection now (after the graceful timeout)."""
-        for connection in list(self.connections):
-            connection.abort()
-
-    def forget(self, connection: HttpConnection) -> None:
-        """A connection closed."""
-        self.connections.discard(connection)
-        waiter = self._all_closed
-        if not self.connections and waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-
-def _ignore(route: str, status: int, seconds: float, request_id: str, client: str) -> None:
-    pass
-
-
-class _LoopClock:
-    """The event loop's own clock and timers (what a connection uses by default)."""
-
-    __slots__ = ("call_at", "now")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.now = loop.time
-        self.call_at = loop.call_at
 
 
 class _ClosedParser:
@@ -178,56 +58,16 @@ class _ClosedParser:
 _CLOSED_PARSER: Any = _ClosedParser()
 
 
-class HttpConnection(asyncio.Protocol):
+class HttpConnection(FastPath):
     """One client connection (see the module's docstring).
 
     Args:
         front: What the server's connections share.
     """
 
-    def __init__(self, front: Front) -> None:
-        self._front = front
-        self._limits = front.limits
-        self._loop = asyncio.get_running_loop()
-        self._clock = front.clock if front.clock is not None else _LoopClock(self._loop)
+    def __init__(self, front: ConnectionOwner) -> None:
+        super().__init__(front)
         self._parser: Any = httptools.HttpRequestParser(self)
-        self._transport: asyncio.Transport | None = None
-        self._phase = _HEAD
-        self._buffer = b""  # bytes received, not yet given to the parser
-        self._scanned = 0  # bytes of the buffer already searched for the blank line
-        self._processing = False
-        self._reading_paused = False
-        self._held_for_app = False
-        self._write_paused = False
-        self._drain_waiters: list[asyncio.Future[None]] = []
-        # the one timer
-        self._timer: Timer | None = None
-        self._timer_at = math.inf
-        self._due = math.inf
-        self._head_since = 0.0
-        # the request being read or answered
-        self._url = b""
-        self._headers: list[tuple[bytes, bytes]] = []
-        self._remaining = 0  # body bytes still to feed; -1: chunked
-        self._chunked: ChunkedEnd | None = None
-        self._continue = False
-        self._keep_alive = True
-        self._message_done = False
-        self._responded = False
-        self._http10 = False
-        self._body: list[bytes] = []
-        self._body_size = 0
-        self._predictor: Predictor | None = None
-        self._checked: Checked | None = None
-        self._started = 0.0
-        self._request_id = ""
-        self._client = "-"
-        self._task: asyncio.Task[None] | None = None
-        self._pending: asyncio.Future[Any] | None = None  # a queued item's result
-        self._encoder: Codec = JSON
-        self._timing: Timing | None = None
-        self._cycle: AsgiCycle | None = None
-        self._ignore_parser = False
 
     # -- asyncio.Protocol --------------------------------------------------------
 
@@ -237,7 +77,7 @@ class HttpConnection(asyncio.Protocol):
         self._transport = transport
         front = self._front
         if len(front.connections) >= self._limits.max_connections or front.closing:
-            self._phase = _CLOSED
+            self._phase = CLOSED
             transport.write(SERVICE_UNAVAILABLE)
             transport.close()
             return
@@ -249,7 +89,7 @@ class HttpConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         """Hold the bytes; parse what the connection's phase allows."""
-        if self._phase == _CLOSED:
+        if self._phase == CLOSED:
             return
         self._buffer = self._buffer + data if self._buffer else data
         if not self._processing:
@@ -262,7 +102,7 @@ class HttpConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Stop the timer; cancel a running prediction; tell the ASGI app."""
-        self._phase = _CLOSED
+        self._phase = CLOSED
         self._stop_timer()
         self._front.forget(self)
         task, self._task = self._task, None
@@ -297,7 +137,7 @@ class HttpConnection(asyncio.Protocol):
             if not waiter.done():
                 waiter.set_result(None)
         self._drain_waiters.clear()
-        if self._phase == _HEAD and self._buffer and not self._processing:
+        if self._phase == HEAD and self._buffer and not self._processing:
             self._resume_reading()
             self._process()
 
@@ -310,16 +150,16 @@ class HttpConnection(asyncio.Protocol):
         try:
             while self._buffer:
                 phase = self._phase
-                if phase == _HEAD:
+                if phase == HEAD:
                     if self._write_paused or not self._take_head():
                         break
-                elif phase == _BODY:
+                elif phase == BODY:
                     self._take_body()
                 else:
                     break
         finally:
             self._processing = False
-        if self._buffer and (self._phase == _WAIT or self._write_paused):
+        if self._buffer and (self._phase == WAIT or self._write_paused):
             self._pause_reading()  # a pipelined request waits for this response
 
     def _take_head(self) -> bool:
@@ -362,7 +202,7 @@ class HttpConnection(asyncio.Protocol):
         else:
             self._buffer = buffer[remaining:]
             self._feed(buffer[:remaining])
-        if chunked is not None and end >= 0 and not self._message_done and self._phase == _BODY:
+        if chunked is not None and end >= 0 and not self._message_done and self._phase == BODY:
             self._refuse(BAD_REQUEST)  # the parser and the framing disagree
 
     def _feed(self, data: bytes) -> None:
@@ -375,15 +215,10 @@ class HttpConnection(asyncio.Protocol):
         except httptools.HttpParserError:
             if self._ignore_parser:
                 self._buffer = b""
-            elif self._phase in (_HEAD, _BODY) and not self._responded and not self._started_asgi:
+            elif self._phase in (HEAD, BODY) and not self._responded and not self._started_asgi:
                 self._refuse(BAD_REQUEST)
             else:
                 self._abort_request()
-
-    @property
-    def _started_asgi(self) -> bool:
-        cycle = self._cycle
-        return cycle is not None and cycle.started
 
     # -- httptools callbacks -----------------------------------------------------
 
@@ -435,7 +270,7 @@ class HttpConnection(asyncio.Protocol):
         self._http10 = parser.get_http_version() == "1.0"
         self._keep_alive = parser.should_keep_alive() and not self._front.closing
         has_body = self._remaining != 0
-        self._phase = _BODY
+        self._phase = BODY
         self._read_by(self._clock.now() + self._limits.body_timeout_s if has_body else math.inf)
         method = parser.get_method()
         url = self._url
@@ -485,7 +320,7 @@ class HttpConnection(asyncio.Protocol):
         if self._responded:
             self._request_finished()
             return
-        self._phase = _WAIT
+        self._phase = WAIT
         self._due = math.inf  # no read deadline while the request is answered
         cycle = self._cycle
         if cycle is not None:
@@ -512,87 +347,6 @@ class HttpConnection(asyncio.Protocol):
         self._task = self._loop.create_task(predicted)
 
     # -- the fast path -----------------------------------------------------------
-
-    def _predicted(self, future: asyncio.Future[Any]) -> None:
-        """The queued item's result is in (or it failed, or the client left)."""
-        if future is not self._pending:
-            return
-        self._pending = None
-        predictor = self._predictor
-        assert predictor is not None
-        if future.cancelled():
-            self._record(predictor.label, _CLIENT_CLOSED)
-            return
-        try:
-            body = encode_result(self._encoder, future.result())
-        except Exception as error:
-            self._answer_error(error, predictor.label)
-            return
-        self._answer(body, self._encoder, predictor, self._timing)
-
-    async def _predict(
-        self, pending: Awaitable[Any], encoder: Codec, predictor: Predictor, timing: Timing | None
-    ) -> None:
-        try:
-            result = await pending
-            body = encode_result(encoder, result)
-        except asyncio.CancelledError:
-            self._record(predictor.label, _CLIENT_CLOSED)
-            return  # the client went away (the only canceller)
-        except Exception as error:
-            self._task = None
-            self._answer_error(error, predictor.label)
-            return
-        self._task = None
-        self._answer(body, encoder, predictor, timing)
-
-    def _answer(
-        self, body: bytes, encoder: Codec, predictor: Predictor, timing: Timing | None
-    ) -> None:
-        """Answer the current request with its encoded result."""
-        if self._phase == _CLOSED:
-            return
-        lines = self._request_id_line() + self._connection_line()
-        if timing is not None:
-            lines += timing.header_line(time.monotonic())
-        self._write(ok_head(encoder.media_type, len(body), lines) + body)
-        self._record(predictor.label, 200)
-        self.response_complete(200)
-
-    def _answer_error(self, error: Exception, label: str) -> None:
-        """Answer the current request with an error response."""
-        if self._phase == _CLOSED:
-            self._record(label, _CLIENT_CLOSED)
-            return
-        predictor = self._predictor
-        assert predictor is not None  # only the fast path answers errors here
-        status, body, media_type, headers = error_response(
-            error, self._header(b"accept"), self._request_id, predictor.failed
-        )
-        lines = self._request_id_line() + self._connection_line()
-        self._write(head(status, media_type, len(body), headers, lines) + body)
-        self._record(label, status)
-        self.response_complete(status)
-
-    def _record(self, label: str, status: int) -> None:
-        seconds = time.perf_counter() - self._started
-        self._front.record(label, status, seconds, self._request_id, self._client)
-
-    def _request_id_line(self) -> bytes:
-        return b"x-request-id: " + self._request_id.encode("ascii") + b"\r\n"
-
-    def _header(self, name: bytes) -> bytes | None:
-        for key, value in self._headers:
-            if key == name:
-                return value
-        return None
-
-    def _connection_line(self) -> bytes:
-        if not self._keep_alive:
-            return _CLOSE
-        if self._http10:
-            return _KEEP_ALIVE
-        return b""
 
     # -- the ASGI path -----------------------------------------------------------
 
@@ -635,26 +389,17 @@ class HttpConnection(asyncio.Protocol):
 
     # -- CycleOwner (and the fast path's writes) ---------------------------------
 
-    def write(self, data: bytes) -> None:
-        """Send bytes to the client (nothing once closed)."""
-        self._write(data)
-
-    def _write(self, data: bytes) -> None:
-        transport = self._transport
-        if transport is not None and self._phase != _CLOSED and not transport.is_closing():
-            transport.write(data)
-
     def hold_body(self, held: bool) -> None:
         """The ASGI app holds too much unread body (True), or caught up (False)."""
         self._held_for_app = held
         if held:
             self._pause_reading()
-        elif not (self._buffer and self._phase == _WAIT):
+        elif not (self._buffer and self._phase == WAIT):
             self._resume_reading()
 
     async def drained(self) -> None:
         """Until the transport's buffer is below its high-water mark."""
-        if self._write_paused and self._phase != _CLOSED:
+        if self._write_paused and self._phase != CLOSED:
             waiter = self._loop.create_future()
             self._drain_waiters.append(waiter)
             await waiter
@@ -672,7 +417,7 @@ class HttpConnection(asyncio.Protocol):
         # else: the body is still coming; it is read and dropped, under its deadline
 
     def _request_finished(self) -> None:
-        if self._phase == _CLOSED:
+        if self._phase == CLOSED:
             return
         cycle = self._cycle
         if cycle is not None and not cycle.complete:
@@ -692,7 +437,7 @@ class HttpConnection(asyncio.Protocol):
     # -- phases, deadlines -------------------------------------------------------
 
     def _await_request(self) -> None:
-        self._phase = _HEAD
+        self._phase = HEAD
         self._cycle = None
         self._predictor = None
         self._checked = None
@@ -703,81 +448,7 @@ class HttpConnection(asyncio.Protocol):
     def shut_down(self) -> None:
         """The server drains: close if idle, else after the current response."""
         self._keep_alive = False
-        if self._phase == _HEAD and not self._buffer:
+        if self._phase == HEAD and not self._buffer:
             self._close()
 
-    def _read_by(self, due: float) -> None:
-        """Set the read deadline. The one timer is moved only to an earlier time; when
-        it fires before the deadline (which moved later meanwhile), it is armed again."""
-        self._due = due
-        if due < self._timer_at:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer_at = due
-            self._timer = self._clock.call_at(due, self._on_timer)
-
-    def _stop_timer(self) -> None:
-        self._due = math.inf
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._timer_at = math.inf
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._timer_at = math.inf
-        phase = self._phase
-        now = self._clock.now()
-        if phase == _HEAD:
-            limits = self._limits
-            header_due = self._head_since + limits.header_timeout_s
-            idle_due = self._head_since + limits.keep_alive_s
-            quiet = not self._buffer and idle_due < header_due
-            due = idle_due if quiet else header_due
-            if now < due:
-                self._read_by(due)
-            elif quiet:
-                self._close()  # idle: a kept-alive connection expires quietly
-            else:
-                self._refuse(REQUEST_TIMEOUT)
-            return
-        due = self._due
-        if due == math.inf:
-            return
-        if now < due:
-            self._read_by(due)
-        elif phase == _BODY and self._held_for_app:
-            self._read_by(now + self._limits.body_timeout_s)  # the app reads slowly, not the client
-        elif phase == _BODY and (self._responded or self._started_asgi):
-            self._close()  # the response went out before the body was read: just close
-        elif phase == _BODY:
-            self._refuse(REQUEST_TIMEOUT)
-
     # -- closing -----------------------------------------------------------------
-
-    def _refuse(self, response: bytes) -> None:
-        """Answer with a fixed reply and close (no request may follow)."""
-        self._write(response)
-        self._close()
-
-    def _close(self) -> None:
-        if self._phase != _CLOSED:
-            self._phase = _CLOSED
-            self._buffer = b""
-            self._stop_timer()
-            transport = self._transport
-            if transport is not None:
-                transport.close()
-
-    def _pause_reading(self) -> None:
-        transport = self._transport
-        if not self._reading_paused and transport is not None and not transport.is_closing():
-            self._reading_paused = True
-            transport.pause_reading()
-
-    def _resume_reading(self) -> None:
-        transport = self._transport
-        if self._reading_paused and not self._held_for_app and transport is not None:
-            self._reading_paused = False
-            if not transport.is_closing():
-                transport.resume_reading()

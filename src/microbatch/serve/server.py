@@ -21,8 +21,8 @@ import uvloop
 
 from ..http.asgi import Receive, Scope, Send
 from ..http.predict import Predictor
-from .connection import ConnectionLimits, Front
 from .drain import ShutdownSequence
+from .http_front import ConnectionLimits, Front
 from .lifespan import Lifespan, LifespanFailed
 
 __all__ = ["ServeSettings", "ServedApp", "bind", "listen_url", "serve"]
