@@ -293,10 +293,10 @@ class TimedPool(ProcessPool):
         super().__init__(stage)
         self.receive_s: list[float] = []
 
-    def _take_message(self, worker: Any) -> bool:
+    def _handle(self, worker: Any, message: Any) -> None:
         start = time.perf_counter()
         try:
-            return super()._take_message(worker)
+            super()._handle(worker, message)
         finally:
             self.receive_s.append(time.perf_counter() - start)
 
