@@ -10,6 +10,17 @@ batch is done. Nothing is allocated or measured when no record is passed.
 
     embed.queue;dur=1.20, embed.behind;dur=0.31, embed.model;dur=5.04,
     embed.batch;desc="size=8 cost=412", total;dur=6.90
+
+A request that failed gets what is known (:meth:`Timing.failure_value`): the
+entries of the stages it finished, then the stage it failed in, with the time it
+spent there (queued until shed or expired, or its batch's time) and the error::
+
+    embed.failed;dur=812.40;desc="DeadlineExceeded", total;dur=812.61
+
+and a request refused before it had a record, only the error and its total
+(:func:`refused_value`)::
+
+    failed;desc="Unauthorized", total;dur=0.04
 """
 
 from __future__ import annotations
@@ -24,7 +35,9 @@ __all__ = [
     "StageTiming",
     "Timing",
     "accepts_timing",
+    "failure_line",
     "metric_name",
+    "refused_value",
 ]
 
 SERVER_TIMING_HEADER = b"server-timing"
@@ -34,6 +47,9 @@ _NOT_TOKEN = re.compile(r"[^A-Za-z0-9!#$%&'*+.^_`|~-]")
 _NAMES: dict[str, bytes] = {}  # stage name -> metric name, worked out once each
 _STAGE = b'%s.queue;dur=%.2f, %s.behind;dur=%.2f, %s.model;dur=%.2f, %s.batch;desc="size=%d'
 _ONE_STAGE = _STAGE + b'", total;dur=%.2f'
+_FAILED = b'%s;dur=%.2f;desc="%s", total;dur=%.2f'
+_REFUSED = b'failed;desc="%s", total;dur=%.2f'
+_NOT_QUOTABLE = re.compile(rb"[^ !#-\[\]-~]")  # what a quoted-string cannot carry as is
 
 
 def metric_name(stage: str) -> str:
@@ -131,23 +147,26 @@ class Timing:
                 entry.batch_size,
                 total,
             )
+        parts = [_entry(entry) for entry in self.stages]
+        parts.append(b"total;dur=%.2f" % total)
+        return b"".join(parts)
+
+    def failure_value(self, end_s: float, error: str) -> bytes:
+        """The ``Server-Timing`` value for a request that failed with ``error`` (its
+        name, e.g. ``DeadlineExceeded``) at ``end_s``: the entries of the stages
+        whose batches it finished, then ``<stage>.failed`` (the stage it was in: the
+        last one set in :attr:`stage`, else plain ``failed``) with the time not
+        accounted for by those entries (queued until shed or expired, or in a batch
+        that failed), then the total."""
+        total = end_s - self.start_s
+        accounted = 0.0
         parts = []
         for entry in self.stages:
-            name = _metric(entry.stage)
-            part = _STAGE % (
-                name,
-                entry.queued_s * 1e3,
-                name,
-                entry.behind_s * 1e3,
-                name,
-                entry.model_s * 1e3,
-                name,
-                entry.batch_size,
-            )
-            if entry.batch_cost is not None:
-                part += b" cost=%s" % f"{entry.batch_cost:g}".encode("ascii")
-            parts.append(part + b'", ')
-        parts.append(b"total;dur=%.2f" % total)
+            accounted += entry.queued_s + entry.behind_s + entry.model_s
+            parts.append(_entry(entry))
+        name = _metric(self.stage) + b".failed" if self.stage else b"failed"
+        in_stage = max(total - accounted, 0.0)
+        parts.append(_FAILED % (name, in_stage * 1e3, _quotable(error), total * 1e3))
         return b"".join(parts)
 
     def header_line(self, end_s: float) -> bytes:
@@ -156,6 +175,47 @@ class Timing:
         if not self.told:
             return b""
         return b"server-timing: " + self.header_value(end_s) + b"\r\n"
+
+
+def refused_value(elapsed_s: float, error: str) -> bytes:
+    """The ``Server-Timing`` value for a request that failed with ``error`` before
+    it had a record (refused at its headers, or a route without one), ``elapsed_s``
+    after it came in."""
+    return _REFUSED % (_quotable(error), elapsed_s * 1e3)
+
+
+def failure_line(timing: Timing | None, elapsed_s: float, end_s: float, error: str) -> bytes:
+    """The whole ``server-timing: ...\r\n`` line of a failed request's response
+    head: from its record when it has one (``end_s`` on the record's clock), else
+    from ``elapsed_s`` (empty for a record that is not :attr:`~Timing.told`)."""
+    if timing is None:
+        return b"server-timing: " + refused_value(elapsed_s, error) + b"\r\n"
+    if not timing.told:
+        return b""
+    return b"server-timing: " + timing.failure_value(end_s, error) + b"\r\n"
+
+
+def _entry(entry: StageTiming) -> bytes:
+    """One stage's four metrics, with the separator after them."""
+    name = _metric(entry.stage)
+    part = _STAGE % (
+        name,
+        entry.queued_s * 1e3,
+        name,
+        entry.behind_s * 1e3,
+        name,
+        entry.model_s * 1e3,
+        name,
+        entry.batch_size,
+    )
+    if entry.batch_cost is not None:
+        part += b" cost=%s" % f"{entry.batch_cost:g}".encode("ascii")
+    return part + b'", '
+
+
+def _quotable(text: str) -> bytes:
+    """``text`` fit for a ``desc="..."`` value (other characters become ``_``)."""
+    return _NOT_QUOTABLE.sub(b"_", text.encode("ascii", "replace"))
 
 
 def accepts_timing(servable: Any) -> bool:

@@ -37,8 +37,8 @@ from ..http.asgi import BODY_DEADLINE_EXTENSION, DISCONNECT_EXTENSION
 from ..http.codecs import JSON, Codec
 from ..http.predict import Checked, Predictor, encode_result, error_response
 from ..http.request_id import REQUEST_ID_HEADER
-from ..http.status import BodyTooLarge
-from ..timing import Timing
+from ..http.status import BodyTooLarge, error_reply
+from ..timing import Timing, failure_line
 from .asgi_cycle import AsgiCycle
 from .chunked import TOO_LONG, ChunkedEnd
 from .responses import (
@@ -403,6 +403,7 @@ class HttpConnection(asyncio.Protocol):
         self._predictor = None
         self._checked = None
         self._cycle = None
+        self._timing = None
 
     def on_url(self, url: bytes) -> None:
         """A piece of the request target."""
@@ -497,7 +498,7 @@ class HttpConnection(asyncio.Protocol):
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         self._body = []
         try:
-            timing = predictor.timing(self._headers)
+            timing = self._timing = predictor.timing(self._headers)
             pending = predictor.submit(checked, body, timing)
         except Exception as error:
             self._answer_error(error, predictor.label)
@@ -505,7 +506,6 @@ class HttpConnection(asyncio.Protocol):
         if isinstance(pending, asyncio.Future):  # queued: no task, a callback
             self._pending = pending
             self._encoder = checked.encoder
-            self._timing = timing
             pending.add_done_callback(self._predicted)
             return
         predicted = self._predict(pending, checked.encoder, predictor, timing)
@@ -570,6 +570,10 @@ class HttpConnection(asyncio.Protocol):
             error, self._header(b"accept"), self._request_id, predictor.failed
         )
         lines = self._request_id_line() + self._connection_line()
+        if predictor.tells:  # what is known: the stage it failed in, time there, total
+            elapsed = time.perf_counter() - self._started
+            name = error_reply(error).error
+            lines += failure_line(self._timing, elapsed, time.monotonic(), name)
         self._write(head(status, media_type, len(body), headers, lines) + body)
         self._record(label, status)
         self.response_complete(status)
