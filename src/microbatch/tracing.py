@@ -20,9 +20,9 @@ import time
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
-from .timing import Timing
+from .timing import Timing, accepts_timing
 
-__all__ = ["Tracer", "available", "configure"]
+__all__ = ["Tracer", "available", "configure", "current_traceparent"]
 
 try:
     from opentelemetry import trace
@@ -50,6 +50,17 @@ def _epoch_ns(monotonic_s: float, offset_ns: int | None = None) -> int:
 def _offset_ns() -> int:
     """Wall-clock nanoseconds minus ``time.monotonic()`` nanoseconds, now."""
     return time.time_ns() - time.monotonic_ns()
+
+
+def current_traceparent() -> str:
+    """The W3C ``traceparent`` of the caller's current span ("" when there is none,
+    or OpenTelemetry is not installed): what a client sends along with an item to
+    another process (a Ray replica) so that the item's spans there are its children."""
+    if trace is None or not trace.get_current_span().get_span_context().is_valid:
+        return ""
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier)
+    return carrier.get("traceparent", "")
 
 
 class Tracer:
@@ -92,6 +103,27 @@ class Tracer:
         carrier: dict[str, str] = {}
         self._propagator.inject(carrier, context=trace.set_span_in_context(timing.span))
         return carrier.get("traceparent", "")
+
+    def submit_carried(
+        self,
+        servable: Any,
+        item: Any,
+        *,
+        deadline: float | None,
+        traceparent: str,
+        name: str,
+        route: str | None = None,
+    ) -> Awaitable[Any]:
+        """Submit ``item`` to ``servable`` under a span ``name``, a child of the
+        ``traceparent`` another process carried along (its stage spans and batch
+        links as an HTTP request's); a plain submit without one, or when the
+        servable's ``submit`` takes no ``timing``."""
+        if not traceparent or not accepts_timing(servable):
+            return servable.submit(item, deadline=deadline, route=route)  # type: ignore[no-any-return]
+        timing = Timing(time.monotonic(), told=False)
+        self.start_request(timing, name, ((b"traceparent", traceparent.encode("latin-1")),))
+        submitted = servable.submit(item, deadline=deadline, route=route, timing=timing)
+        return self.traced(submitted, timing)
 
     async def traced(self, submitted: Awaitable[Any], timing: Timing) -> Any:
         """``submitted``'s result; ``timing``'s request span ends with it (or its error)."""
