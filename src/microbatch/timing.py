@@ -45,8 +45,11 @@ SERVER_TIMING_HEADER = b"server-timing"
 
 _NOT_TOKEN = re.compile(r"[^A-Za-z0-9!#$%&'*+.^_`|~-]")
 _NAMES: dict[str, bytes] = {}  # stage name -> metric name, worked out once each
-_STAGE = b'%s.queue;dur=%.2f, %s.behind;dur=%.2f, %s.model;dur=%.2f, %s.batch;desc="size=%d'
-_ONE_STAGE = _STAGE + b'", total;dur=%.2f'
+_QUEUE = b"%s.queue;dur=%.2f, %s"  # name, queued, then the batch's part (_rest)
+_REST = b'%s.behind;dur=%.2f, %s.model;dur=%.2f, %s.batch;desc="size=%d'
+_ONE_STAGE = _QUEUE + b"total;dur=%.2f"
+_ONE_STAGE_LINE = b"server-timing: " + _ONE_STAGE + b"\r\n"
+_new_tuple = tuple.__new__  # a StageTiming without its generated __new__'s cost
 _FAILED = b'%s;dur=%.2f;desc="%s", total;dur=%.2f'
 _REFUSED = b'failed;desc="%s", total;dur=%.2f'
 _NOT_QUOTABLE = re.compile(rb"[^ !#-\[\]-~]")  # what a quoted-string cannot carry as is
@@ -123,8 +126,8 @@ class Timing:
         batch_cost: float | None = None,
     ) -> None:
         """Append one stage's entry (under :attr:`stage` when it is set)."""
-        name = self.stage or stage
-        self.stages.append(StageTiming(name, queued_s, behind_s, model_s, batch_size, batch_cost))
+        entry = (self.stage or stage, queued_s, behind_s, model_s, batch_size, batch_cost)
+        self.stages.append(_new_tuple(StageTiming, entry))
 
     def header(self, end_s: float) -> str:
         """The ``Server-Timing`` value for a response finished at ``end_s``."""
@@ -133,21 +136,11 @@ class Timing:
     def header_value(self, end_s: float) -> bytes:
         """:meth:`header`, as the bytes a response head carries."""
         total = (end_s - self.start_s) * 1e3
-        if len(self.stages) == 1 and self.stages[0].batch_cost is None:  # the common case
-            entry = self.stages[0]
-            name = _metric(entry.stage)
-            return _ONE_STAGE % (
-                name,
-                entry.queued_s * 1e3,
-                name,
-                entry.behind_s * 1e3,
-                name,
-                entry.model_s * 1e3,
-                name,
-                entry.batch_size,
-                total,
-            )
-        parts = [_entry(entry) for entry in self.stages]
+        stages = self.stages
+        if len(stages) == 1:  # the common case
+            entry = stages[0]
+            return _ONE_STAGE % (_metric(entry[0]), entry[1] * 1e3, _rest(entry), total)
+        parts = [_entry(entry) for entry in stages]
         parts.append(b"total;dur=%.2f" % total)
         return b"".join(parts)
 
@@ -174,6 +167,11 @@ class Timing:
         (empty when not :attr:`told`)."""
         if not self.told:
             return b""
+        stages = self.stages
+        total = (end_s - self.start_s) * 1e3
+        if len(stages) == 1:
+            entry = stages[0]
+            return _ONE_STAGE_LINE % (_metric(entry[0]), entry[1] * 1e3, _rest(entry), total)
         return b"server-timing: " + self.header_value(end_s) + b"\r\n"
 
 
@@ -197,20 +195,28 @@ def failure_line(timing: Timing | None, elapsed_s: float, end_s: float, error: s
 
 def _entry(entry: StageTiming) -> bytes:
     """One stage's four metrics, with the separator after them."""
-    name = _metric(entry.stage)
-    part = _STAGE % (
-        name,
-        entry.queued_s * 1e3,
-        name,
-        entry.behind_s * 1e3,
-        name,
-        entry.model_s * 1e3,
-        name,
-        entry.batch_size,
-    )
-    if entry.batch_cost is not None:
-        part += b" cost=%s" % f"{entry.batch_cost:g}".encode("ascii")
-    return part + b'", '
+    return _QUEUE % (_metric(entry[0]), entry[1] * 1e3, _rest(entry))
+
+
+_LAST_REST: list[tuple[tuple[Any, ...], bytes]] = [((), b"")]
+"""The last batch part rendered, with what it was rendered from (one slot, replaced
+in one assignment): the items of one batch answer one after the other, and share it."""
+
+
+def _rest(entry: StageTiming) -> bytes:
+    """The part of ``entry``'s metrics that every item of its batch shares (behind,
+    model, batch), with the separator after it: rendered once per batch."""
+    key = entry[2:] + entry[:1]  # all but queued_s
+    last_key, rest = _LAST_REST[0]
+    if key == last_key:
+        return rest
+    name = _metric(entry[0])
+    rest = _REST % (name, entry[2] * 1e3, name, entry[3] * 1e3, name, entry[4])
+    if entry[5] is not None:
+        rest += b" cost=%s" % f"{entry[5]:g}".encode("ascii")
+    rest += b'", '
+    _LAST_REST[0] = (key, rest)
+    return rest
 
 
 def _quotable(text: str) -> bytes:

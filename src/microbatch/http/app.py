@@ -371,9 +371,19 @@ class HttpApp:
         content_type = codec_for_content_type(header(scope, b"content-type")).name
         decode = (self._decoders if decoders is None else decoders)[content_type]
         item = decode(await self._read_body(scope, receive))
-        chunks = self._streaming.stream(
-            item, deadline=deadline, route=route, first_chunk_deadline=first_chunk_deadline
-        )
+        if self.tracer is not None:  # a span per stream
+            traced = self.tracer.stream_span(scope["path"], scope["headers"])
+            chunks = traced.open(
+                self._streaming.stream,
+                item,
+                deadline=deadline,
+                route=route,
+                first_chunk_deadline=first_chunk_deadline,
+            )
+        else:
+            chunks = self._streaming.stream(
+                item, deadline=deadline, route=route, first_chunk_deadline=first_chunk_deadline
+            )
         return await send_stream(scope, receive, send, chunks, framing)
 
     async def _live(self, scope: Scope, receive: Receive, send: Send) -> int:
