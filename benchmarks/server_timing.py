@@ -2,10 +2,12 @@
 on within 5% of off), measured so that the machine's noise cancels out.
 
 Two ``microbatch serve`` processes of the same service run side by side, one with
-``Server-Timing`` on (the default) and one with ``--no-server-timing``. The load
-(``wrk``, closed loop, ``scalar`` workload of ``http_serving.py``) goes to one at a
-time in many short rounds, on/off interleaved in ABBA order (on, off, off, on, ...),
-so that whatever else the machine does falls on both alike. Each round reads the
+``Server-Timing`` on (the default) and one with ``--no-server-timing`` (``--aa``:
+both off, to see the method's own spread). ``wrk`` (closed loop, a workload of
+``http_serving.py``: ``sim`` by default, where the model's time, not the machine's
+load, sets the batches) loads them in many short rounds: both at once in each
+round (``--together``: whatever else the machine does in that second falls on
+both), or one at a time in ABBA order (on, off, off, on, ...). Each round reads the
 serving process's CPU time from ``/proc`` (the sum of its threads' ``schedstat``
 run time, in nanoseconds) before and after, and divides by the requests answered.
 Each pair of rounds gives one on/off ratio; the report is their median and spread
@@ -13,7 +15,9 @@ Each pair of rounds gives one on/off ratio; the report is their median and sprea
 
 Run from the repository root (the servers import this checkout's ``src/``)::
 
-    flock /work/bench.lock python benchmarks/server_timing.py --pairs 16 --seconds 2
+    flock /work/bench.lock python benchmarks/server_timing.py --together --pairs 40 --seconds 1
+    flock /work/bench.lock python benchmarks/server_timing.py --together --pairs 40 --seconds 1 \
+        --aa --name server_timing_aa
 """
 
 from __future__ import annotations

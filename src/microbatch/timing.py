@@ -45,9 +45,8 @@ SERVER_TIMING_HEADER = b"server-timing"
 
 _NOT_TOKEN = re.compile(r"[^A-Za-z0-9!#$%&'*+.^_`|~-]")
 _NAMES: dict[str, bytes] = {}  # stage name -> metric name, worked out once each
-_QUEUE = b"%s.queue;dur=%.2f, %s"  # name, queued, then the batch's part (_rest)
 _REST = b'%s.behind;dur=%.2f, %s.model;dur=%.2f, %s.batch;desc="size=%d'
-_ONE_STAGE = _QUEUE + b"total;dur=%.2f"
+_ONE_STAGE = b"%s%.2f, %stotal;dur=%.2f"  # "<stage>.queue;dur=", queued, _parts' rest, total
 _ONE_STAGE_LINE = b"server-timing: " + _ONE_STAGE + b"\r\n"
 _new_tuple = tuple.__new__  # a StageTiming without its generated __new__'s cost
 _FAILED = b'%s;dur=%.2f;desc="%s", total;dur=%.2f'
@@ -139,7 +138,8 @@ class Timing:
         stages = self.stages
         if len(stages) == 1:  # the common case
             entry = stages[0]
-            return _ONE_STAGE % (_metric(entry[0]), entry[1] * 1e3, _rest(entry), total)
+            queue, rest = _parts(entry)
+            return _ONE_STAGE % (queue, entry[1] * 1e3, rest, total)
         parts = [_entry(entry) for entry in stages]
         parts.append(b"total;dur=%.2f" % total)
         return b"".join(parts)
@@ -171,7 +171,8 @@ class Timing:
         total = (end_s - self.start_s) * 1e3
         if len(stages) == 1:
             entry = stages[0]
-            return _ONE_STAGE_LINE % (_metric(entry[0]), entry[1] * 1e3, _rest(entry), total)
+            queue, rest = _parts(entry)
+            return _ONE_STAGE_LINE % (queue, entry[1] * 1e3, rest, total)
         return b"server-timing: " + self.header_value(end_s) + b"\r\n"
 
 
@@ -195,28 +196,36 @@ def failure_line(timing: Timing | None, elapsed_s: float, end_s: float, error: s
 
 def _entry(entry: StageTiming) -> bytes:
     """One stage's four metrics, with the separator after them."""
-    return _QUEUE % (_metric(entry[0]), entry[1] * 1e3, _rest(entry))
+    queue, rest = _parts(entry)
+    return b"%s%.2f, %s" % (queue, entry[1] * 1e3, rest)
 
 
-_LAST_REST: list[tuple[tuple[Any, ...], bytes]] = [((), b"")]
-"""The last batch part rendered, with what it was rendered from (one slot, replaced
-in one assignment): the items of one batch answer one after the other, and share it."""
+_LAST_PARTS: list[tuple[tuple[Any, ...], bytes, bytes]] = [((None,) * 6, b"", b"")]
+"""The last entry rendered and its parts (one slot, replaced in one assignment)."""
 
 
-def _rest(entry: StageTiming) -> bytes:
-    """The part of ``entry``'s metrics that every item of its batch shares (behind,
-    model, batch), with the separator after it: rendered once per batch."""
-    key = entry[2:] + entry[:1]  # all but queued_s
-    last_key, rest = _LAST_REST[0]
-    if key == last_key:
-        return rest
+def _parts(entry: StageTiming) -> tuple[bytes, bytes]:
+    """``<stage>.queue;dur=`` and the part of ``entry``'s metrics after the queued
+    time (behind, model, batch, with the separator after them). Every item of one
+    batch has the same ``model_s`` object (the batcher works it out once per batch),
+    and their responses go out one after the other: the parts are rendered once
+    per batch, then reused while the entries are the same batch's."""
+    last, queue, rest = _LAST_PARTS[0]
+    if (
+        entry[3] is last[3]  # the same batch's (or equal, below)
+        and entry[2] == last[2]
+        and entry[4] == last[4]
+        and entry[5] == last[5]
+        and entry[0] == last[0]
+    ):
+        return queue, rest
     name = _metric(entry[0])
     rest = _REST % (name, entry[2] * 1e3, name, entry[3] * 1e3, name, entry[4])
     if entry[5] is not None:
         rest += b" cost=%s" % f"{entry[5]:g}".encode("ascii")
-    rest += b'", '
-    _LAST_REST[0] = (key, rest)
-    return rest
+    queue, rest = name + b".queue;dur=", rest + b'", '
+    _LAST_PARTS[0] = (entry, queue, rest)
+    return queue, rest
 
 
 def _quotable(text: str) -> bytes:
