@@ -13,10 +13,11 @@ import httpx
 import pytest
 
 from microbatch import Service, Stage
-from microbatch.http import HttpApp, HttpConfig
+from microbatch.http import HttpApp, HttpConfig, Services
 from microbatch.timing import Timing, failure_line, refused_value
 from tests.http import models
 from tests.http.conftest import serving
+from tests.protocols.models import double, shout
 from tests.serve.test_server import running
 from tests.streams.models import Counter
 from tests.timing.models import make_picky
@@ -186,3 +187,14 @@ def test_microbatch_serve_tells_failures_on_its_fast_path_and_through_workers(
     assert failed(bad.headers["server-timing"])[::2] == ("failed", "BadRequest")
     assert malformed.status_code == 400
     assert failed(malformed.headers["server-timing"])[2] == "MalformedBody"
+
+
+async def test_several_services_tell_it_on_their_shared_routes_and_each_services_own() -> None:
+    async with serving(Services([double, shout], HttpConfig())) as client:  # type: ignore[arg-type]
+        live = await client.get("/health/live")
+        missing = await client.get("/nowhere")
+        own = await client.post("/double/predict", json={"x": 1.0})
+    assert set(parse_server_timing(live.headers["server-timing"])) == {"total"}
+    assert failed(missing.headers["server-timing"])[::2] == ("failed", "NotFound")
+    assert own.status_code == 200
+    assert stage_numbers(parse_server_timing(own.headers["server-timing"]), "double")[3] >= 1
