@@ -110,6 +110,12 @@ def main() -> None:
         help="an A/A run: both servers without Server-Timing (the method's own spread)",
     )
     parser.add_argument(
+        "--off-first",
+        action="store_true",
+        help="start the server without Server-Timing first (run both orders: the first "
+        "started may differ a little, as the A/A run shows)",
+    )
+    parser.add_argument(
         "--together",
         action="store_true",
         help="load both servers at once in each round (else one at a time, ABBA)",
@@ -124,7 +130,10 @@ def main() -> None:
         script = lua_script(args.workload, directory)
         servers = {}
         on_options: tuple[str, ...] = ("--no-server-timing",) if args.aa else ()
-        for label, options in (("on", on_options), ("off", ("--no-server-timing",))):
+        kinds = [("on", on_options), ("off", ("--no-server-timing",))]
+        if args.off_first:  # which one starts first is the other difference between them
+            kinds.reverse()
+        for label, options in kinds:
             counter = directory / f"{label}.counter"
             running = stack.enter_context(
                 serving(
@@ -174,6 +183,7 @@ def main() -> None:
         ),
         "workload": args.workload,
         "aa": args.aa,
+        "off_first": args.off_first,
         "connections": args.connections,
         "seconds_per_round": args.seconds,
         "pairs": args.pairs,
