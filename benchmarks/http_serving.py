@@ -4,9 +4,10 @@ One command (creates the virtualenvs under ``benchmarks/.venvs/`` when missing):
 
     python3 benchmarks/http_serving.py               # everything: ~25 min
     python3 benchmarks/http_serving.py --duration 3 --warmup 1 --contenders mosec fastapi
-    # the cost of Server-Timing: compare server CPU/request of these two
+    # the cost of Server-Timing: compare server CPU/request of these two (or, less
+    # noisy, benchmarks/server_timing.py)
     python3 benchmarks/http_serving.py --contenders microbatch microbatch-no-timing \
-        --workloads scalar --levels 64 --name server_timing
+        --workloads scalar --levels 64 --name server_timing_http
 
 Needs ``wrk`` (``apt-get install -y wrk``) and, for the plot, matplotlib in the
 interpreter that runs this script (``.venv-bench/bin/pip install matplotlib``; the

@@ -16,6 +16,7 @@ from typing import Any
 from .errors import MicrobatchError
 from .signature import Signature, signature_of
 from .tensors import Tensor, TensorError
+from .timing import Timing, accepts_timing
 from .types import Servable
 
 __all__ = [
@@ -58,18 +59,27 @@ async def submit_all(
     items: Sequence[Any],
     deadline: float | None,
     route: str | None = None,
+    timing: Timing | None = None,
 ) -> list[Any]:
     """Submit every item at once and wait for all their results, in order.
 
     The first error is raised and the other items are cancelled (they are dropped
-    before any model time is spent on them when they are still queued).
+    before any model time is spent on them when they are still queued). With a
+    traced ``timing`` (the request's record, its span started), each item gets a
+    record of its own under the request's span, so its stages and batches are
+    traced as the request's.
     """
-    if len(items) == 1:
-        return [await servable.submit(items[0], deadline=deadline, route=route)]
-    tasks = [
-        asyncio.ensure_future(servable.submit(item, deadline=deadline, route=route))
-        for item in items
-    ]
+    if timing is not None and timing.span is not None and accepts_timing(servable):
+        submit: Any = servable.submit  # takes timing, as accepts_timing says
+        submitted = [
+            submit(item, deadline=deadline, route=route, timing=_item_record(timing))
+            for item in items
+        ]
+    else:
+        submitted = [servable.submit(item, deadline=deadline, route=route) for item in items]
+    if len(submitted) == 1:
+        return [await submitted[0]]
+    tasks = [asyncio.ensure_future(one) for one in submitted]
     try:
         return list(await asyncio.gather(*tasks))
     finally:
@@ -77,6 +87,11 @@ async def submit_all(
             if not task.done():
                 task.cancel()
                 task.add_done_callback(_retrieve)
+
+
+def _item_record(request: Timing) -> Timing:
+    """A record for one item of ``request`` (traced under its span, told nowhere)."""
+    return Timing(request.start_s, span=request.span, tracer=request.tracer, told=False)
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:
@@ -120,6 +135,7 @@ class InferenceModel:
         *,
         deadline: float | None,
         outputs: Sequence[str] = (),
+        timing: Timing | None = None,
     ) -> list[Tensor]:
         """Each row of ``inputs`` as one item; the results as output tensors.
 
@@ -127,6 +143,7 @@ class InferenceModel:
             inputs: The input tensors (their first dimension is the rows).
             deadline: The request's deadline (``time.monotonic()``), or None.
             outputs: The outputs wanted, by name (empty: all).
+            timing: The request's traced record (see :func:`submit_all`), or None.
 
         Raises:
             TensorError: The inputs do not match the model (400), or an unknown
@@ -139,7 +156,7 @@ class InferenceModel:
         if self.outputs.open_spec is None and unknown:
             raise TensorError(f"unknown output {unknown[0]!r}; the model gives {sorted(declared)}")
         items = self.inputs.items(inputs)
-        results = await submit_all(self.servable, items, deadline)
+        results = await submit_all(self.servable, items, deadline, timing=timing)
         try:
             tensors = self.outputs.tensors(results)
         except ValueError as error:

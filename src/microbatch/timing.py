@@ -10,6 +10,17 @@ batch is done. Nothing is allocated or measured when no record is passed.
 
     embed.queue;dur=1.20, embed.behind;dur=0.31, embed.model;dur=5.04,
     embed.batch;desc="size=8 cost=412", total;dur=6.90
+
+A request that failed gets what is known (:meth:`Timing.failure_value`): the
+entries of the stages it finished, then the stage it failed in, with the time it
+spent there (queued until shed or expired, or its batch's time) and the error::
+
+    embed.failed;dur=812.40;desc="DeadlineExceeded", total;dur=812.61
+
+and a request refused before it had a record, only the error and its total
+(:func:`refused_value`)::
+
+    failed;desc="Unauthorized", total;dur=0.04
 """
 
 from __future__ import annotations
@@ -24,7 +35,9 @@ __all__ = [
     "StageTiming",
     "Timing",
     "accepts_timing",
+    "failure_line",
     "metric_name",
+    "refused_value",
 ]
 
 SERVER_TIMING_HEADER = b"server-timing"
@@ -32,8 +45,13 @@ SERVER_TIMING_HEADER = b"server-timing"
 
 _NOT_TOKEN = re.compile(r"[^A-Za-z0-9!#$%&'*+.^_`|~-]")
 _NAMES: dict[str, bytes] = {}  # stage name -> metric name, worked out once each
-_STAGE = b'%s.queue;dur=%.2f, %s.behind;dur=%.2f, %s.model;dur=%.2f, %s.batch;desc="size=%d'
-_ONE_STAGE = _STAGE + b'", total;dur=%.2f'
+_REST = b'%s.behind;dur=%.2f, %s.model;dur=%.2f, %s.batch;desc="size=%d'
+_ONE_STAGE = b"%s%.2f, %stotal;dur=%.2f"  # "<stage>.queue;dur=", queued, _parts' rest, total
+_ONE_STAGE_LINE = b"server-timing: " + _ONE_STAGE + b"\r\n"
+_new_tuple = tuple.__new__  # a StageTiming without its generated __new__'s cost
+_FAILED = b'%s;dur=%.2f;desc="%s", total;dur=%.2f'
+_REFUSED = b'failed;desc="%s", total;dur=%.2f'
+_NOT_QUOTABLE = re.compile(rb"[^ !#-\[\]-~]")  # what a quoted-string cannot carry as is
 
 
 def metric_name(stage: str) -> str:
@@ -107,8 +125,8 @@ class Timing:
         batch_cost: float | None = None,
     ) -> None:
         """Append one stage's entry (under :attr:`stage` when it is set)."""
-        name = self.stage or stage
-        self.stages.append(StageTiming(name, queued_s, behind_s, model_s, batch_size, batch_cost))
+        entry = (self.stage or stage, queued_s, behind_s, model_s, batch_size, batch_cost)
+        self.stages.append(_new_tuple(StageTiming, entry))
 
     def header(self, end_s: float) -> str:
         """The ``Server-Timing`` value for a response finished at ``end_s``."""
@@ -117,37 +135,31 @@ class Timing:
     def header_value(self, end_s: float) -> bytes:
         """:meth:`header`, as the bytes a response head carries."""
         total = (end_s - self.start_s) * 1e3
-        if len(self.stages) == 1 and self.stages[0].batch_cost is None:  # the common case
-            entry = self.stages[0]
-            name = _metric(entry.stage)
-            return _ONE_STAGE % (
-                name,
-                entry.queued_s * 1e3,
-                name,
-                entry.behind_s * 1e3,
-                name,
-                entry.model_s * 1e3,
-                name,
-                entry.batch_size,
-                total,
-            )
+        stages = self.stages
+        if len(stages) == 1:  # the common case
+            entry = stages[0]
+            queue, rest = _parts(entry)
+            return _ONE_STAGE % (queue, entry[1] * 1e3, rest, total)
+        parts = [_entry(entry) for entry in stages]
+        parts.append(b"total;dur=%.2f" % total)
+        return b"".join(parts)
+
+    def failure_value(self, end_s: float, error: str) -> bytes:
+        """The ``Server-Timing`` value for a request that failed with ``error`` (its
+        name, e.g. ``DeadlineExceeded``) at ``end_s``: the entries of the stages
+        whose batches it finished, then ``<stage>.failed`` (the stage it was in: the
+        last one set in :attr:`stage`, else plain ``failed``) with the time not
+        accounted for by those entries (queued until shed or expired, or in a batch
+        that failed), then the total."""
+        total = end_s - self.start_s
+        accounted = 0.0
         parts = []
         for entry in self.stages:
-            name = _metric(entry.stage)
-            part = _STAGE % (
-                name,
-                entry.queued_s * 1e3,
-                name,
-                entry.behind_s * 1e3,
-                name,
-                entry.model_s * 1e3,
-                name,
-                entry.batch_size,
-            )
-            if entry.batch_cost is not None:
-                part += b" cost=%s" % f"{entry.batch_cost:g}".encode("ascii")
-            parts.append(part + b'", ')
-        parts.append(b"total;dur=%.2f" % total)
+            accounted += entry.queued_s + entry.behind_s + entry.model_s
+            parts.append(_entry(entry))
+        name = _metric(self.stage) + b".failed" if self.stage else b"failed"
+        in_stage = max(total - accounted, 0.0)
+        parts.append(_FAILED % (name, in_stage * 1e3, _quotable(error), total * 1e3))
         return b"".join(parts)
 
     def header_line(self, end_s: float) -> bytes:
@@ -155,7 +167,70 @@ class Timing:
         (empty when not :attr:`told`)."""
         if not self.told:
             return b""
+        stages = self.stages
+        total = (end_s - self.start_s) * 1e3
+        if len(stages) == 1:
+            entry = stages[0]
+            queue, rest = _parts(entry)
+            return _ONE_STAGE_LINE % (queue, entry[1] * 1e3, rest, total)
         return b"server-timing: " + self.header_value(end_s) + b"\r\n"
+
+
+def refused_value(elapsed_s: float, error: str) -> bytes:
+    """The ``Server-Timing`` value for a request that failed with ``error`` before
+    it had a record (refused at its headers, or a route without one), ``elapsed_s``
+    after it came in."""
+    return _REFUSED % (_quotable(error), elapsed_s * 1e3)
+
+
+def failure_line(timing: Timing | None, elapsed_s: float, end_s: float, error: str) -> bytes:
+    """The whole ``server-timing: ...\r\n`` line of a failed request's response
+    head: from its record when it has one (``end_s`` on the record's clock), else
+    from ``elapsed_s`` (empty for a record that is not :attr:`~Timing.told`)."""
+    if timing is None:
+        return b"server-timing: " + refused_value(elapsed_s, error) + b"\r\n"
+    if not timing.told:
+        return b""
+    return b"server-timing: " + timing.failure_value(end_s, error) + b"\r\n"
+
+
+def _entry(entry: StageTiming) -> bytes:
+    """One stage's four metrics, with the separator after them."""
+    queue, rest = _parts(entry)
+    return b"%s%.2f, %s" % (queue, entry[1] * 1e3, rest)
+
+
+_LAST_PARTS: list[tuple[tuple[Any, ...], bytes, bytes]] = [((None,) * 6, b"", b"")]
+"""The last entry rendered and its parts (one slot, replaced in one assignment)."""
+
+
+def _parts(entry: StageTiming) -> tuple[bytes, bytes]:
+    """``<stage>.queue;dur=`` and the part of ``entry``'s metrics after the queued
+    time (behind, model, batch, with the separator after them). Every item of one
+    batch has the same ``model_s`` object (the batcher works it out once per batch),
+    and their responses go out one after the other: the parts are rendered once
+    per batch, then reused while the entries are the same batch's."""
+    last, queue, rest = _LAST_PARTS[0]
+    if (
+        entry[3] is last[3]  # the same batch's (or equal, below)
+        and entry[2] == last[2]
+        and entry[4] == last[4]
+        and entry[5] == last[5]
+        and entry[0] == last[0]
+    ):
+        return queue, rest
+    name = _metric(entry[0])
+    rest = _REST % (name, entry[2] * 1e3, name, entry[3] * 1e3, name, entry[4])
+    if entry[5] is not None:
+        rest += b" cost=%s" % f"{entry[5]:g}".encode("ascii")
+    queue, rest = name + b".queue;dur=", rest + b'", '
+    _LAST_PARTS[0] = (entry, queue, rest)
+    return queue, rest
+
+
+def _quotable(text: str) -> bytes:
+    """``text`` fit for a ``desc="..."`` value (other characters become ``_``)."""
+    return _NOT_QUOTABLE.sub(b"_", text.encode("ascii", "replace"))
 
 
 def accepts_timing(servable: Any) -> bool:

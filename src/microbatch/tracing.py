@@ -14,15 +14,16 @@ OpenTelemetry tracer provider; :func:`configure` installs one when none is set.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
-from .timing import Timing
+from .timing import Timing, accepts_timing
 
-__all__ = ["Tracer", "available", "configure"]
+__all__ = ["TracedStream", "Tracer", "available", "configure", "current_traceparent"]
 
 try:
     from opentelemetry import trace
@@ -50,6 +51,17 @@ def _epoch_ns(monotonic_s: float, offset_ns: int | None = None) -> int:
 def _offset_ns() -> int:
     """Wall-clock nanoseconds minus ``time.monotonic()`` nanoseconds, now."""
     return time.time_ns() - time.monotonic_ns()
+
+
+def current_traceparent() -> str:
+    """The W3C ``traceparent`` of the caller's current span ("" when there is none,
+    or OpenTelemetry is not installed): what a client sends along with an item to
+    another process (a Ray replica) so that the item's spans there are its children."""
+    if trace is None or not trace.get_current_span().get_span_context().is_valid:
+        return ""
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier)
+    return carrier.get("traceparent", "")
 
 
 class Tracer:
@@ -93,6 +105,27 @@ class Tracer:
         self._propagator.inject(carrier, context=trace.set_span_in_context(timing.span))
         return carrier.get("traceparent", "")
 
+    def submit_carried(
+        self,
+        servable: Any,
+        item: Any,
+        *,
+        deadline: float | None,
+        traceparent: str,
+        name: str,
+        route: str | None = None,
+    ) -> Awaitable[Any]:
+        """Submit ``item`` to ``servable`` under a span ``name``, a child of the
+        ``traceparent`` another process carried along (its stage spans and batch
+        links as an HTTP request's); a plain submit without one, or when the
+        servable's ``submit`` takes no ``timing``."""
+        if not traceparent or not accepts_timing(servable):
+            return servable.submit(item, deadline=deadline, route=route)  # type: ignore[no-any-return]
+        timing = Timing(time.monotonic(), told=False)
+        self.start_request(timing, name, ((b"traceparent", traceparent.encode("latin-1")),))
+        submitted = servable.submit(item, deadline=deadline, route=route, timing=timing)
+        return self.traced(submitted, timing)
+
     async def traced(self, submitted: Awaitable[Any], timing: Timing) -> Any:
         """``submitted``'s result; ``timing``'s request span ends with it (or its error)."""
         try:
@@ -112,6 +145,13 @@ class Tracer:
             span.record_exception(error)
             span.set_status(Status(StatusCode.ERROR, type(error).__name__))
         span.end()
+
+    def stream_span(self, path: str, headers: Sequence[tuple[bytes, bytes]]) -> TracedStream:
+        """A span for one stream (``POST <path>``), a child of its ``traceparent``,
+        started now; :meth:`TracedStream.open` opens the stream under it."""
+        timing = Timing(time.monotonic(), told=False)
+        self.start_request(timing, "POST " + path, headers)
+        return TracedStream(self, timing)
 
     def batch(
         self,
@@ -162,6 +202,86 @@ class Tracer:
                 start_time=_epoch_ns(arrived_s, offset),
             )
             span.end(end_time=_epoch_ns(finished_s, offset))
+
+
+class TracedStream:
+    """One stream's span around its chunks: an event at the first chunk (with the
+    wait for it: queued, then the first step), the number of chunks, and the end
+    (complete, the stream's error, or ``client_left`` when the reader closed it
+    early). The chunks pass through as they are, ``take_ready`` and ``aclose`` too.
+
+    Args:
+        tracer: The tracer whose span it is.
+        timing: The record holding the stream's span (started).
+    """
+
+    def __init__(self, tracer: Tracer, timing: Timing) -> None:
+        self._tracer = tracer
+        self._timing = timing
+        self._chunks: AsyncIterator[Any] | None = None
+        self._count = 0
+        self._ended = False
+
+    def open(self, stream: Callable[..., AsyncIterator[Any]], *args: Any, **options: Any) -> Any:
+        """``stream(*args, **options)`` under the span; the span ends with the
+        stream's error when opening it raises (refused: overload, shutdown)."""
+        try:
+            self._chunks = stream(*args, **options)
+        except BaseException as error:
+            self._end(error)
+            raise
+        return self
+
+    def __aiter__(self) -> TracedStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        assert self._chunks is not None
+        try:
+            chunk = await self._chunks.__anext__()
+        except StopAsyncIteration:
+            self._end(None)
+            raise
+        except BaseException as error:
+            self._end(error)
+            raise
+        self._counted(1)
+        return chunk
+
+    def take_ready(self) -> list[Any]:
+        """The chunks that are there already (see the streams' ``take_ready``)."""
+        take = getattr(self._chunks, "take_ready", None)
+        ready: list[Any] = [] if take is None else take()
+        self._counted(len(ready))
+        return ready
+
+    async def aclose(self) -> None:
+        """Close the stream (the reader is done with it)."""
+        closing = getattr(self._chunks, "aclose", None)
+        try:
+            if closing is not None:
+                await closing()
+        finally:
+            if not self._ended:
+                self._timing.span.set_attribute("microbatch.stream.client_left", True)
+            self._end(None)
+
+    def _counted(self, chunks: int) -> None:
+        if chunks and not self._count:
+            waited = time.monotonic() - self._timing.start_s
+            self._timing.span.add_event("first chunk", {"microbatch.first_chunk_ms": waited * 1e3})
+        self._count += chunks
+
+    def _end(self, error: BaseException | None) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        span = self._timing.span
+        span.set_attribute("microbatch.stream.chunks", self._count)
+        if isinstance(error, asyncio.CancelledError):  # the reader went away
+            span.set_attribute("microbatch.stream.client_left", True)
+            error = None
+        self._tracer.end_request(self._timing, error)
 
 
 def configure(environ: dict[str, str] | None = None) -> Tracer:

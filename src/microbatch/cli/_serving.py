@@ -125,7 +125,8 @@ def _with_grpc(
     def announce(port: int) -> None:
         print(f"microbatch grpc serving on {options.host}:{port}", flush=True)
 
-    return WithGrpc(app, GrpcServer(models, grpc_config), on_listening=announce)
+    tracer = getattr(app, "tracer", None)  # --otel traces gRPC calls too
+    return WithGrpc(app, GrpcServer(models, grpc_config, tracer), on_listening=announce)
 
 
 def _is_loopback(host: str) -> bool:

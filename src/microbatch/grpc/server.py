@@ -6,7 +6,9 @@ ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata and ModelInfe
 timeout) becomes its items' deadline; the bearer token is the ``authorization``
 metadata (``Bearer <token>``), required on every method but the health probes;
 messages are bounded by ``max_message_bytes``; errors map as
-:func:`~microbatch.grpc.status.grpc_status` says.
+:func:`~microbatch.grpc.status.grpc_status` says. With a tracer, each ModelInfer
+call is a span (a child of the W3C ``traceparent`` in its metadata) over its items'
+stage spans and batch links, as for HTTP (see :mod:`microbatch.tracing`).
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from __future__ import annotations
 import hmac
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -24,9 +27,13 @@ from .. import __version__
 from ..http.status import NotReady
 from ..inference import InferenceModel
 from ..tensors import Tensor, TensorError, from_json, from_raw, to_raw
+from ..timing import Timing
 from ..types import deadline_from
 from .messages import SERVICE, message
 from .status import grpc_status
+
+if TYPE_CHECKING:
+    from ..tracing import Tracer
 
 __all__ = ["GrpcConfig", "GrpcServer"]
 
@@ -99,11 +106,18 @@ class GrpcServer:
     Args:
         models: The served models by name.
         config: Address, limits, timeout and token.
+        tracer: Trace each ModelInfer call (see :mod:`microbatch.tracing`), or None.
     """
 
-    def __init__(self, models: Mapping[str, InferenceModel], config: GrpcConfig) -> None:
+    def __init__(
+        self,
+        models: Mapping[str, InferenceModel],
+        config: GrpcConfig,
+        tracer: Tracer | None = None,
+    ) -> None:
         self.models = dict(models)
         self.config = config
+        self.tracer = tracer
         self.port: int | None = None
         self._draining = False
         self._server: grpc.aio.Server | None = None
@@ -241,7 +255,14 @@ class GrpcServer:
         deadline = deadline_from(timeout_s)
         inputs = _input_tensors(request)
         wanted = [output.name for output in request.outputs]
-        outputs = await model.infer(inputs, deadline=deadline, outputs=wanted)
+        tracer = self.tracer
+        if tracer is None:
+            outputs = await model.infer(inputs, deadline=deadline, outputs=wanted)
+        else:
+            timing = Timing(time.monotonic(), told=False)
+            tracer.start_request(timing, "ModelInfer", _trace_headers(context))
+            infer = model.infer(inputs, deadline=deadline, outputs=wanted, timing=timing)
+            outputs = await tracer.traced(infer, timing)
         reply = message("ModelInferResponse")(
             model_name=model.name, model_version="1", id=request.id
         )
@@ -255,6 +276,15 @@ class GrpcServer:
         if model is None:
             raise _UnknownModel(f"no model {name!r}; this server has {sorted(self.models)}")
         return model
+
+
+def _trace_headers(context: grpc.aio.ServicerContext) -> list[tuple[bytes, bytes]]:
+    """The call's ``traceparent`` and ``tracestate`` metadata, as header pairs."""
+    return [
+        (key.encode("latin-1"), value.encode("latin-1"))
+        for key, value in context.invocation_metadata() or ()
+        if key in ("traceparent", "tracestate") and isinstance(value, str)
+    ]
 
 
 class _UnknownModel(TensorError):

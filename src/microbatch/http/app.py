@@ -24,7 +24,6 @@ from .. import __version__
 from ..inference import InferenceModel
 from ..loading import as_servable
 from ..logs import current_request_id
-from ..timing import SERVER_TIMING_HEADER
 
 if TYPE_CHECKING:
     from ..tracing import Tracer
@@ -54,6 +53,7 @@ from .predict import (
 )
 from .request_id import REQUEST_ID_HEADER, RequestIds, echo_request_id
 from .schema import add_protocol_operations, docs_page, openapi_document
+from .server_timing import ResponseTiming, forget, note_error, noted, tell_timing
 from .status import (
     BadRequest,
     BodyTooLarge,
@@ -62,6 +62,7 @@ from .status import (
     NotFound,
     NotReady,
     Unauthorized,
+    error_reply,
 )
 from .streams import (
     add_stream_operations,
@@ -281,6 +282,9 @@ class HttpApp:
         request_id = self._request_ids.for_request(header(scope, REQUEST_ID_HEADER))
         context = current_request_id.set(request_id)
         send = echo_request_id(send, request_id)
+        timing_token = None
+        if self.config.server_timing:  # on every response: what is known of it
+            send, timing_token = tell_timing(send, ResponseTiming(time.monotonic()))
         path = scope["path"]
         route = self._routes.get(path)
         label = path if route is not None else "other"
@@ -301,6 +305,8 @@ class HttpApp:
         self.metrics.record(label, status, seconds)
         if self.config.access_log:
             log_access(scope, status, seconds, request_id)
+        if timing_token is not None:
+            forget(timing_token)
         current_request_id.reset(context)
 
     def _authorize(self, scope: Scope) -> None:
@@ -313,6 +319,7 @@ class HttpApp:
         status, body, media_type, headers = error_response(
             error, header(scope, b"accept"), request_id, self._errors.failed
         )
+        note_error(error_reply(error).error)
         await send_response(send, status, body, media_type, headers)
         return status
 
@@ -333,14 +340,13 @@ class HttpApp:
         deadline, decode, encoder = predictor.check(scope["headers"], authorize=False)
         item = decode(await self._read_body(scope, receive))
         timing = predictor.timing(scope["headers"])
+        told = noted()
+        if told is not None:  # its Server-Timing, failed or not (see tell_timing)
+            told.timing = timing
         submitted = predictor.submit_item(item, deadline, timing)
         result = await self._result(scope, submitted, receive)
         body = encode_result(encoder, result)
-        if timing is None or not timing.told:
-            await send_response(send, 200, body, encoder.media_type)
-        else:
-            told = timing.header(time.monotonic()).encode("ascii")
-            await send_response(send, 200, body, encoder.media_type, [(SERVER_TIMING_HEADER, told)])
+        await send_response(send, 200, body, encoder.media_type)
         return 200
 
     async def _stream(
@@ -355,6 +361,9 @@ class HttpApp:
         (see ``http/streams.py``); errors before the first chunk are plain errors."""
         if self._draining:
             raise NotReady("the server is shutting down")
+        told = noted()
+        if told is not None:  # its head tells the wait for the first chunk
+            told.stream = True
         assert self._streaming is not None
         deadline = deadline_from(self._timeout_s(scope))
         first_chunk_deadline = deadline_from(first_chunk_timeout_s(scope), deadline)
@@ -362,9 +371,19 @@ class HttpApp:
         content_type = codec_for_content_type(header(scope, b"content-type")).name
         decode = (self._decoders if decoders is None else decoders)[content_type]
         item = decode(await self._read_body(scope, receive))
-        chunks = self._streaming.stream(
-            item, deadline=deadline, route=route, first_chunk_deadline=first_chunk_deadline
-        )
+        if self.tracer is not None:  # a span per stream
+            traced = self.tracer.stream_span(scope["path"], scope["headers"])
+            chunks = traced.open(
+                self._streaming.stream,
+                item,
+                deadline=deadline,
+                route=route,
+                first_chunk_deadline=first_chunk_deadline,
+            )
+        else:
+            chunks = self._streaming.stream(
+                item, deadline=deadline, route=route, first_chunk_deadline=first_chunk_deadline
+            )
         return await send_stream(scope, receive, send, chunks, framing)
 
     async def _live(self, scope: Scope, receive: Receive, send: Send) -> int:

@@ -35,6 +35,7 @@ from ..tensors import Tensor, TensorError, from_json, from_raw, to_json_data, to
 from ..types import deadline_from
 from .asgi import Receive, Scope, Send, header, send_response
 from .routing import CLIENT_CLOSED, ClientGone, Handler, RouteHost, RouteTable, until_disconnect
+from .server_timing import note_error
 from .status import NotReady, error_reply
 
 __all__ = ["BINARY_HEADER", "v2_routes"]
@@ -245,6 +246,7 @@ def _reply(name: str, request: _Request, outputs: list[Tensor]) -> tuple[bytes, 
 async def _send_error(send: Send, error: BaseException) -> int:
     """Send ``{"error": message}`` with the error's status."""
     reply = error_reply(error)
+    note_error(reply.error)  # its Server-Timing names it
     if reply.status >= 500 and reply.status not in (503, 504):
         logger.error("v2 inference failed: %s", reply.message, exc_info=error)
     body = _encode(_ErrorBody(reply.message))

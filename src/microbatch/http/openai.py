@@ -27,6 +27,7 @@ from ..signature import field_values, record_fields
 from ..types import Servable, deadline_from
 from .asgi import Receive, Scope, Send, send_response
 from .routing import CLIENT_CLOSED, ClientGone, Handler, RouteHost, RouteTable, until_disconnect
+from .server_timing import note_error
 from .status import NotReady, error_reply
 
 __all__ = [
@@ -337,6 +338,7 @@ async def _send_error(send: Send, error: BaseException) -> int:
         if status >= 500 and status not in (503, 504):
             logger.error("embeddings failed: %s", message, exc_info=error)
     kind = _TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
+    note_error(code or kind)  # its Server-Timing names it
     body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
     await send_response(send, status, _encode(body), _JSON, headers)
     return status

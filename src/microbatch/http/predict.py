@@ -106,6 +106,7 @@ class Predictor:
         "max_body_bytes",
         "request_id",
         "route",
+        "tells",
         "timed",
     )
 
@@ -133,6 +134,9 @@ class Predictor:
             servable, "submit_nowait", None
         )
         self._tells = server_timing
+        self.tells = server_timing
+        """Whether responses carry ``Server-Timing`` (errors too, see
+        :func:`~microbatch.timing.failure_line`)."""
         self._tracer = tracer
         self.timed = (server_timing or tracer is not None) and accepts_timing(servable)
         self.route = route

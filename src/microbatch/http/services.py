@@ -34,6 +34,7 @@ from .inference_v2 import v2_routes
 from .openai import embedding_routes
 from .predict import Predictor
 from .routing import CLIENT_CLOSED, RouteTable
+from .server_timing import ResponseTiming, forget, note_error, tell_timing
 from .service_metrics import ServicesMetrics
 from .status import ErrorBody, MethodNotAllowed, NotFound, NotReady, Unauthorized, error_reply
 
@@ -124,6 +125,9 @@ class Services:
                 await app({**scope, "path": f"/{rest}", "root_path": f"/{name}"}, receive, send)
                 return
         started = time.perf_counter()
+        timing_token = None
+        if self.config.server_timing:  # on every response (see server_timing.py)
+            send, timing_token = tell_timing(send, ResponseTiming(time.monotonic()))
         try:
             if route is None:
                 raise NotFound(f"no route {path!r}; each service is under /{{name}}/")
@@ -139,9 +143,13 @@ class Services:
             status = CLIENT_CLOSED
         except Exception as error:
             reply = error_reply(error)
+            note_error(reply.error)
             body = JSON.encode(ErrorBody(reply.error, reply.message))
             await send_response(send, reply.status, body, JSON.media_type, reply.headers)
             status = reply.status
+        finally:
+            if timing_token is not None:
+                forget(timing_token)
         label = path if route is not None else "other"
         self.metrics.shared.record(label, status, time.perf_counter() - started)
 

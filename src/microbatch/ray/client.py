@@ -10,6 +10,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
 from ..errors import Overloaded, StageFailed, WorkerDied
+from ..tracing import current_traceparent
 
 __all__ = ["ServiceClient"]
 
@@ -22,7 +23,9 @@ class ServiceClient:
     own exception, ...) is raised as itself, chained to Ray's error that carries the
     replica's traceback; a replica that died while it held the item raises
     :class:`~microbatch.errors.WorkerDied`; Ray's own backpressure raises
-    :class:`~microbatch.errors.Overloaded`.
+    :class:`~microbatch.errors.Overloaded`. The caller's current OpenTelemetry span
+    goes along (its W3C ``traceparent``): in a replica that traces, the item's spans
+    are its children.
 
     Args:
         handle: What ``serve.run(microbatch.ray.application(...))`` returned, or
@@ -48,7 +51,7 @@ class ServiceClient:
             DeadlineExceeded: The deadline passed.
             Exception: The model's own error for this item.
         """
-        response = self._submit.remote(item, timeout_s)
+        response = self._submit.remote(item, timeout_s, current_traceparent())
         try:
             return await response
         except asyncio.CancelledError:
@@ -60,7 +63,7 @@ class ServiceClient:
     def submit_blocking(self, item: Any, *, timeout_s: float | None = None) -> Any:
         """:meth:`submit` for threads (not from inside an event loop)."""
         try:
-            return self._submit.remote(item, timeout_s).result()
+            return self._submit.remote(item, timeout_s, current_traceparent()).result()
         except Exception as error:
             raise _unwrapped(error) from error
 

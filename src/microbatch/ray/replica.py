@@ -64,7 +64,7 @@ class Replica:
         """The ingress app; Ray runs its lifespan, which starts the service."""
         return UnderRoutePrefix(self._http)
 
-    async def submit(self, item: Any, timeout_s: float | None = None) -> Any:
+    async def submit(self, item: Any, timeout_s: float | None = None, traceparent: str = "") -> Any:
         """Run one item through the service and return its result.
 
         The item enters here: its deadline is worked out once, in the replica's clock,
@@ -75,6 +75,10 @@ class Replica:
         Args:
             item: The item, as the service's first stage takes it.
             timeout_s: Seconds from now the caller will wait, measured in the replica.
+            traceparent: The caller's W3C ``traceparent`` (what
+                :class:`~microbatch.ray.ServiceClient` sends): when the replica
+                traces (``HttpConfig(tracing=True)``), the item's span here is a
+                child of the caller's span.
 
         Raises:
             ValueError: ``timeout_s`` is negative or not a number.
@@ -83,7 +87,13 @@ class Replica:
         """
         if self._http.draining:
             raise BatcherClosed("the replica is shutting down")
-        return await self._http.servable.submit(item, deadline=self.deadline(timeout_s))
+        servable, deadline = self._http.servable, self.deadline(timeout_s)
+        tracer = self._http.tracer
+        if tracer is None:
+            return await servable.submit(item, deadline=deadline)
+        return await tracer.submit_carried(
+            servable, item, deadline=deadline, traceparent=traceparent, name="microbatch replica"
+        )
 
     def deadline(self, timeout_s: float | None) -> float | None:
         """The deadline of an item a handle caller submits now (see :meth:`submit`)."""

@@ -145,9 +145,10 @@ class Result:
     request_id: int
     outcome: bytes
     stages: tuple[StageTiming, ...] = ()
+    stage: str = ""  # the stage a timed item was last in (where it failed, if it did)
 
     def __reduce__(self) -> _Reduced:
-        return Result, (self.request_id, self.outcome, self.stages)
+        return Result, (self.request_id, self.outcome, self.stages, self.stage)
 
 
 @dataclass(frozen=True, slots=True)

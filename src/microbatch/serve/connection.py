@@ -238,6 +238,7 @@ class HttpConnection(FastPath):
         self._predictor = None
         self._checked = None
         self._cycle = None
+        self._timing = None
 
     def on_url(self, url: bytes) -> None:
         """A piece of the request target."""
@@ -332,7 +333,7 @@ class HttpConnection(FastPath):
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         self._body = []
         try:
-            timing = predictor.timing(self._headers)
+            timing = self._timing = predictor.timing(self._headers)
             pending = predictor.submit(checked, body, timing)
         except Exception as error:
             self._answer_error(error, predictor.label)
@@ -340,7 +341,6 @@ class HttpConnection(FastPath):
         if isinstance(pending, asyncio.Future):  # queued: no task, a callback
             self._pending = pending
             self._encoder = checked.encoder
-            self._timing = timing
             pending.add_done_callback(self._predicted)
             return
         predicted = self._predict(pending, checked.encoder, predictor, timing)

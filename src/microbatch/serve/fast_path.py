@@ -12,7 +12,8 @@ from typing import Any
 
 from ..http.codecs import Codec
 from ..http.predict import Predictor, encode_result, error_response
-from ..timing import Timing
+from ..http.status import error_reply
+from ..timing import Timing, failure_line
 from .connection_base import ConnectionBase
 from .limits import CLOSED
 from .responses import head, ok_head
@@ -88,6 +89,10 @@ class FastPath(ConnectionBase):
             error, self._header(b"accept"), self._request_id, predictor.failed
         )
         lines = self._request_id_line() + self._connection_line()
+        if predictor.tells:  # what is known: the stage it failed in, time there, total
+            elapsed = time.perf_counter() - self._started
+            name = error_reply(error).error
+            lines += failure_line(self._timing, elapsed, time.monotonic(), name)
         self._write(head(status, media_type, len(body), headers, lines) + body)
         self._record(label, status)
         self.response_complete(status)

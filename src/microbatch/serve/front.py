@@ -137,6 +137,7 @@ class RelayTarget:
             raise
         if timing is not None:
             timing.stages.extend(result.stages)
+            timing.stage = result.stage  # a failure's Server-Timing names the stage
         return unpack_outcome(result.outcome)
 
     def can_stream(self, route: str | None = None) -> bool:

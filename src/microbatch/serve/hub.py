@@ -216,5 +216,7 @@ class _FrontLink:
             return  # the front asked to cancel it, or is gone
         error = task.exception()
         outcome = pack_outcome(True, task.result()) if error is None else pack_outcome(False, error)
-        stages = () if timing is None else tuple(timing.stages)
-        self.channel.post(Result(request_id, outcome, stages))
+        if timing is None:
+            self.channel.post(Result(request_id, outcome))
+        else:
+            self.channel.post(Result(request_id, outcome, tuple(timing.stages), timing.stage))
