@@ -40,7 +40,7 @@ from .clock import Clock, MonotonicClock
 from .composition import BatchCostMode
 from .errors import BatcherClosed, ItemTooLarge, Overloaded
 from .stats import StreamStats, StreamStatsRecorder
-from .streams import Channel, Stream
+from .streams import MAX_BUFFERED_CHUNKS, Channel, Stream
 
 __all__ = [
     "END",
@@ -165,6 +165,9 @@ class StepLoop:
         min_joiners: While items are active, joiners wait until this many wait
             (or as many as there are free places) ...
         max_join_wait_s: ... or until the oldest has waited this long.
+        max_buffered: Most chunks a stream holds unread: a caller that reads
+            more slowly gets :class:`~microbatch.streams.SlowReader` after them, and
+            its item leaves at the next step (None: no limit).
     """
 
     def __init__(
@@ -182,6 +185,7 @@ class StepLoop:
         cost_mode: BatchCostMode = "padded",
         min_joiners: int = 1,
         max_join_wait_s: float = 0.0,
+        max_buffered: int | None = MAX_BUFFERED_CHUNKS,
     ) -> None:
         if not isinstance(max_active, int) or max_active < 1:
             raise ValueError(f"max_active must be an int >= 1, got {max_active!r}")
@@ -191,11 +195,14 @@ class StepLoop:
             raise ValueError(f"cost_mode must be 'padded' or 'sum', got {cost_mode!r}")
         if min_joiners < 1 or max_join_wait_s < 0:
             raise ValueError("min_joiners must be >= 1 and max_join_wait_s >= 0")
+        if max_buffered is not None and max_buffered < 1:
+            raise ValueError(f"max_buffered must be >= 1 or None, got {max_buffered!r}")
         self.cost_fn = cost_fn
         self.max_cost = max_cost
         self.cost_mode: BatchCostMode = cost_mode
         self.min_joiners = min_joiners
         self.max_join_wait_s = max_join_wait_s
+        self.max_buffered = max_buffered
         self._costs: dict[int, float] = {}  # key -> cost, of the open streams
         self._arrivals: dict[int, float] = {}  # key -> when it was opened
         self.runner = runner
@@ -270,6 +277,7 @@ class StepLoop:
             first_chunk_deadline=first_chunk_deadline,
             clock=self._clock,
             on_end=ended,
+            max_buffered=self.max_buffered,
         )
         self._waiting.append(channel)
         if cost is not None:
