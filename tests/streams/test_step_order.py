@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from microbatch.step_execution import InlineStepRunner, StepExecutor
+from microbatch.step_execution import StepExecutor
 from microbatch.stepping import StepDone, StepJob, StepLoop
 from microbatch.streams import Stream
 from microbatch.testing import FakeClock
@@ -23,18 +23,44 @@ async def _read(name: str, stream: Stream, into: list[tuple[str, Any]]) -> None:
         into.append((name, chunk))
 
 
+class GatedRunner:
+    """Each step waits until the test releases it."""
+
+    def __init__(self) -> None:
+        self.executor = StepExecutor(Counter())
+        self.gate: asyncio.Future[None] | None = None
+
+    async def advance(self, job: StepJob) -> StepDone:
+        self.gate = asyncio.get_running_loop().create_future()
+        await self.gate
+        return self.executor.advance(job)
+
+    async def release(self) -> None:
+        assert self.gate is not None
+        self.gate.set_result(None)
+        await _turns()
+
+
+async def _turns(count: int = 8) -> None:
+    for _ in range(count):
+        await asyncio.sleep(0)
+
+
 async def test_a_new_streams_first_chunk_is_read_before_the_running_streams_next_ones() -> None:
-    loop = StepLoop(InlineStepRunner(StepExecutor(Counter())), max_active=4, clock=FakeClock())
+    runner = GatedRunner()
+    loop = StepLoop(runner, max_active=4, clock=FakeClock())
     read: list[tuple[str, Any]] = []
-    stream = loop.open("a:6")
-    for _ in range(2):
-        read.append(("a", await asyncio.wait_for(stream.__anext__(), BOUND_S)))
-    running = asyncio.create_task(_read("a", stream, read))
+    running = asyncio.create_task(_read("a", loop.open("a:4"), read))
+    await _turns()
+    await runner.release()  # a-0; the next step (a alone) started already
     joining = asyncio.create_task(_read("b", loop.open("b:2"), read))
+    await _turns()  # both readers wait for their next chunk
+    await runner.release()  # a-1
+    await runner.release()  # b joins: b-0 and a-2
+    assert read == [("a", "a-0"), ("a", "a-1"), ("b", "b-0"), ("a", "a-2")]
+    await runner.release()
     await asyncio.wait_for(asyncio.gather(running, joining), BOUND_S)
-    first_b = read.index(("b", "b-0"))
-    assert read[first_b + 1][0] == "a", read  # the step's other chunk came after it
-    assert [chunk for name, chunk in read if name == "a"] == [f"a-{k}" for k in range(6)]
+    assert read[4:] == [("a", "a-3"), ("b", "b-1")]  # the running ones in step order
     await asyncio.wait_for(loop.close(), BOUND_S)
 
 
