@@ -12,6 +12,12 @@ last one ended), the same list of lengths goes to
   how peers batch streams (LitServe ``stream=True`` with batching, Ray Serve
   ``@serve.batch`` over generators, MOSEC SSE).
 
+Over HTTP (each server started and stopped by this harness on 127.0.0.1): both of
+ours (``microbatch serve``), LitServe's continuous-batching loop and its
+``stream=True`` with batching, MOSEC with SSE, and Ray Serve's ``@serve.batch`` over
+an async generator (a local Ray instance of 2 CPUs, from this interpreter's
+environment, where the ``test`` extra installs Ray).
+
 Reported per contender: chunks/s, time to first chunk p50/p99 (also in step times
 of the step-wise run), total time p50/p99 for short (≤ 16 chunks) and long (≥ 128)
 streams. Targets (issue 17, at 64 streams): step-wise ≥ 2x the chunks/s of every
@@ -195,6 +201,20 @@ class HttpContender:
         return json.dumps(item).encode()
 
 
+@dataclass(frozen=True)
+class InThisEnvironment(Contender):
+    """A server run by this interpreter, from the environment it runs in (Ray is
+    installed there by the ``test`` extra: too heavy for a virtualenv of its own)."""
+
+    @property
+    def venv(self) -> Path:
+        return Path(sys.prefix)
+
+    @property
+    def python(self) -> Path:
+        return Path(sys.executable)
+
+
 _MICROBATCH = ("-e", f"{ROOT}[http]")
 HTTP_CONTENDERS = [
     HttpContender(
@@ -274,6 +294,22 @@ HTTP_CONTENDERS = [
         {},
         False,
     ),
+    HttpContender(
+        "Ray Serve @serve.batch generator",
+        InThisEnvironment(
+            "ray-stream",
+            "ray",
+            "stream_ray.py",
+            (),
+            "/predict",
+            "/health",
+            "@serve.batch over an async generator, max_batch_size 64, batch_wait_timeout"
+            " 10 ms, one batch at a time; local Ray, 2 CPUs",
+        ),
+        "/predict",
+        {},
+        False,
+    ),
 ]
 
 
@@ -335,8 +371,11 @@ def run_http(
     for contender in HTTP_CONTENDERS:
         if only and not contender.label.startswith(tuple(only)):
             continue
-        ensure_venv(contender.server)
-        seen[contender.label] = versions(contender.server)
+        if isinstance(contender.server, InThisEnvironment):
+            seen[contender.label] = versions(contender.server, ("ray", "starlette", "uvicorn"))
+        else:
+            ensure_venv(contender.server)
+            seen[contender.label] = versions(contender.server)
         log = logs / f"{contender.server.name}.log"
         with serving(contender.server, contender.env, log) as running:
             host, port = running.base.removeprefix("http://").rsplit(":", 1)

@@ -40,7 +40,7 @@ from .clock import Clock, MonotonicClock
 from .composition import BatchCostMode
 from .errors import BatcherClosed, ItemTooLarge, Overloaded
 from .stats import StreamStats, StreamStatsRecorder
-from .streams import Channel, Stream
+from .streams import MAX_BUFFERED_CHUNKS, Channel, Stream
 
 __all__ = [
     "END",
@@ -165,6 +165,9 @@ class StepLoop:
         min_joiners: While items are active, joiners wait until this many wait
             (or as many as there are free places) ...
         max_join_wait_s: ... or until the oldest has waited this long.
+        max_buffered: Most chunks a stream holds unread: a caller that reads
+            more slowly gets :class:`~microbatch.streams.SlowReader` after them, and
+            its item leaves at the next step (None: no limit).
     """
 
     def __init__(
@@ -182,6 +185,7 @@ class StepLoop:
         cost_mode: BatchCostMode = "padded",
         min_joiners: int = 1,
         max_join_wait_s: float = 0.0,
+        max_buffered: int | None = MAX_BUFFERED_CHUNKS,
     ) -> None:
         if not isinstance(max_active, int) or max_active < 1:
             raise ValueError(f"max_active must be an int >= 1, got {max_active!r}")
@@ -191,11 +195,14 @@ class StepLoop:
             raise ValueError(f"cost_mode must be 'padded' or 'sum', got {cost_mode!r}")
         if min_joiners < 1 or max_join_wait_s < 0:
             raise ValueError("min_joiners must be >= 1 and max_join_wait_s >= 0")
+        if max_buffered is not None and max_buffered < 1:
+            raise ValueError(f"max_buffered must be >= 1 or None, got {max_buffered!r}")
         self.cost_fn = cost_fn
         self.max_cost = max_cost
         self.cost_mode: BatchCostMode = cost_mode
         self.min_joiners = min_joiners
         self.max_join_wait_s = max_join_wait_s
+        self.max_buffered = max_buffered
         self._costs: dict[int, float] = {}  # key -> cost, of the open streams
         self._arrivals: dict[int, float] = {}  # key -> when it was opened
         self.runner = runner
@@ -270,6 +277,7 @@ class StepLoop:
             first_chunk_deadline=first_chunk_deadline,
             clock=self._clock,
             on_end=ended,
+            max_buffered=self.max_buffered,
         )
         self._waiting.append(channel)
         if cost is not None:
@@ -302,20 +310,25 @@ class StepLoop:
     # -- the steps ----------------------------------------------------------------
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
             while True:
                 job = self._next_job()
                 if job is None:
                     return
+                turn = _Turn(loop)
                 try:
                     done = await self.runner.advance(job)
                 except Exception as error:  # the states are gone
                     self._lost(error)
                     continue
                 self._deliver(done)
-                # A runner that computed in this thread did not yield: let the
-                # callers read before the next step.
-                await asyncio.sleep(0)
+                # The next step starts at once: while it runs (a worker thread or
+                # process), the callers read this one's chunks. A runner that
+                # computed in this thread did not let the event loop turn: then the
+                # callers read first.
+                if not turn.over():
+                    await asyncio.sleep(0)
         except Exception as error:  # a bug here must not leave a stream hanging
             logger.exception("%s: the step loop failed; its streams end with the error", self.name)
             self._end_all(error)
@@ -401,25 +414,57 @@ class StepLoop:
             self._waiting = deque(stream for stream in self._waiting if not stream.ended)
 
     def _deliver(self, done: StepDone) -> None:
+        """Hand each outcome to its stream: the first chunks of streams first, so
+        that their readers are the first to wake in the next turn of the event loop
+        (a writer per stream runs then: a new stream's first chunk does not wait
+        behind the running streams' next ones)."""
         self.recorder.stepped(len(self._active), done.started_s, done.finished_s)
         active = self._active
+        later: list[tuple[Channel, Any, bool]] = []
         for key, chunk, finished in zip(done.keys, done.chunks, done.finished, strict=True):
             stream = active.get(key)
             if stream is None:
                 continue
-            if isinstance(chunk, BaseException):
-                stream.finish(chunk)
-                del active[key]
-                continue
-            if chunk is not END:
-                if self._replayed.get(key):  # made again after a restart: sent already
-                    self._replayed[key] -= 1
-                else:
-                    self.recorder.chunk(stream, self._clock.now())
-                    stream.push(chunk)
-            if finished or chunk is END:
-                stream.finish()
-                del active[key]
+            if stream.chunks_sent:
+                later.append((stream, chunk, finished))
+            else:
+                self._deliver_one(stream, chunk, finished)
+        for stream, chunk, finished in later:
+            self._deliver_one(stream, chunk, finished)
+
+    def _deliver_one(self, stream: Channel, chunk: Any, finished: bool) -> None:
+        key = stream.key
+        if isinstance(chunk, BaseException):
+            stream.finish(chunk)
+            del self._active[key]
+            return
+        if chunk is not END:
+            if self._replayed.get(key):  # made again after a restart: sent already
+                self._replayed[key] -= 1
+            else:
+                self.recorder.chunk(stream, self._clock.now())
+                stream.push(chunk)
+        if finished or chunk is END:
+            stream.finish()
+            del self._active[key]
+
+
+class _Turn:
+    """Whether the event loop turned (ran other callbacks) since this was made."""
+
+    __slots__ = ("_handle", "_turned")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._turned = False
+        self._handle = loop.call_soon(self._mark)
+
+    def _mark(self) -> None:
+        self._turned = True
+
+    def over(self) -> bool:
+        """Whether it turned (asked once)."""
+        self._handle.cancel()
+        return self._turned
 
 
 class _Budget:

@@ -6,6 +6,14 @@ left (stopped iterating, was cancelled, or the stream was garbage-collected). It
 deadlines (one for the first chunk, one for the whole stream) end it with
 :class:`~microbatch.errors.DeadlineExceeded`, set by one timer on the clock; the
 step loop drops a stream that ended from the next step.
+
+A stream holds at most ``max_buffered`` chunks its caller has not read: a caller
+that reads more slowly than the model makes chunks (an HTTP client on a slow link)
+would otherwise make the server buffer without bound. The stream is then ended with
+:class:`SlowReader`: its caller still reads the chunks that came, then the error,
+and its item leaves at the next step (its place goes to a caller that reads). Ending
+it, rather than pausing the item, keeps every step over every active item (a paused
+item would still hold its place and its state, for as long as the reader dawdles).
 """
 
 from __future__ import annotations
@@ -19,14 +27,33 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from .clock import Clock, Timer
-from .errors import DeadlineExceeded
+from .errors import DeadlineExceeded, MicrobatchError
 
-__all__ = ["Channel", "Stream", "iterate_from_thread"]
+__all__ = ["MAX_BUFFERED_CHUNKS", "Channel", "SlowReader", "Stream", "iterate_from_thread"]
 
 T = TypeVar("T")
 
 _OPEN: Any = object()  # the end of a stream that has not ended
 _CLOSE_WAIT_S = 5.0  # a thread waits this long for its stream to be left on the loop
+
+MAX_BUFFERED_CHUNKS = 4096
+"""Chunks a stream holds unread, by default, before it ends with :class:`SlowReader`."""
+
+
+class SlowReader(MicrobatchError):
+    """The stream's caller read too slowly: ``max_buffered`` chunks waited unread,
+    and the stream was ended (its item left at the next step). Over HTTP it is the
+    stream's final error message, with status 408."""
+
+    http_status = 408
+
+    @classmethod
+    def after(cls, buffered: int) -> SlowReader:
+        """The error for a stream that had ``buffered`` chunks unread."""
+        return cls(
+            f"the client read the stream too slowly: {buffered} chunks waited unread, "
+            "so the stream was ended"
+        )
 
 
 class Channel:
@@ -43,6 +70,8 @@ class Channel:
         first_chunk_deadline: Time by which the first chunk must come.
         clock: Reads the time and sets the deadline timer.
         on_end: Called once when the stream ends, however it ends.
+        max_buffered: Most chunks held unread; one more ends the stream with
+            :class:`SlowReader` (None: no limit).
     """
 
     def __init__(
@@ -54,8 +83,12 @@ class Channel:
         first_chunk_deadline: float | None,
         clock: Clock,
         on_end: Callable[[Channel], None] | None = None,
+        max_buffered: int | None = MAX_BUFFERED_CHUNKS,
     ) -> None:
+        if max_buffered is not None and max_buffered < 1:
+            raise ValueError(f"max_buffered must be >= 1 or None, got {max_buffered!r}")
         self.key = key
+        self.max_buffered = max_buffered
         self.item = item
         self.deadline = deadline
         self.first_chunk_deadline = first_chunk_deadline
@@ -88,8 +121,12 @@ class Channel:
         return self._end if isinstance(self._end, BaseException) else None
 
     def push(self, chunk: Any) -> None:
-        """Append one chunk (ignored once the stream ended)."""
+        """Append one chunk (ignored once the stream ended); with ``max_buffered``
+        chunks unread already, end the stream with :class:`SlowReader` instead."""
         if self.ended:
+            return
+        if self.max_buffered is not None and len(self.chunks) >= self.max_buffered:
+            self.finish(SlowReader.after(len(self.chunks)))
             return
         first = self.chunks_sent == 0
         self.chunks_sent += 1

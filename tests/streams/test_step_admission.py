@@ -6,12 +6,20 @@ how many joiners to gather and for how long) and a schedule of arrivals (each wi
 a cost and a length) and clock advances. Every step must stay within
 ``max_active`` and the budget; an item that alone costs more than the budget is
 refused with ItemTooLarge before its stream starts; every other stream gets all its
-chunks (nobody starves), and streams start in the order they were opened.
+chunks (nobody starves, also when callers leave), and streams start in the order
+they were opened. A caller that leaves (its reading task cancelled, its stream
+closed) frees its place: no step after it left computes its item, and every stream
+gets exactly one end.
+
+Every await is bounded in real time (``_BOUND_S``): a schedule that leaves the loop
+waiting fails that example at once instead of hanging the event loop (pytest's
+timeout cannot stop a hang that hypothesis then shrinks, example after example).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -22,10 +30,11 @@ from hypothesis import strategies as st
 from microbatch.errors import ItemTooLarge
 from microbatch.step_execution import StepExecutor
 from microbatch.stepping import StepDone, StepJob, StepLoop
-from microbatch.streams import Stream
+from microbatch.streams import Channel, Stream
 from microbatch.testing import FakeClock
 
 STEP_S = 0.001
+_BOUND_S = 20.0  # real seconds any one example may take
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,13 @@ class Wait:
 
 
 @dataclass
+class Leave:
+    """The caller of the ``index``-th stream opened leaves (if it is still open)."""
+
+    index: int
+
+
+@dataclass
 class Limits:
     max_active: int
     max_cost: int | None
@@ -62,10 +78,15 @@ class Log:
     started: list[int] = field(default_factory=list)  # item ids, in start order
     starts: int = 0  # calls of start (each costs about a step)
     peak: int = 0  # most items in one step
+    left: set[int] = field(default_factory=set)  # item ids whose caller left
+    ends: Counter[int] = field(default_factory=Counter)  # item id -> ends of its stream
 
     def check(self, items: list[Item]) -> None:
         limits = self.limits
         self.peak = max(self.peak, len(items))
+        for item in items:
+            if item.id in self.left:
+                self.violations.append(f"stepped item {item.id} after its caller left")
         if len(items) > limits.max_active:
             self.violations.append(f"{len(items)} active > {limits.max_active}")
         if limits.max_cost is not None and items:
@@ -117,7 +138,12 @@ async def _settle(rounds: int = 8) -> None:
         await asyncio.sleep(0)
 
 
-async def run(limits: Limits, schedule: list[Arrive | Wait]) -> Log:
+def run(limits: Limits, schedule: list[Arrive | Wait | Leave]) -> Log:
+    """Run the schedule in a fresh event loop, bounded in real time."""
+    return asyncio.run(asyncio.wait_for(_run(limits, schedule), _BOUND_S))
+
+
+async def _run(limits: Limits, schedule: list[Arrive | Wait | Leave]) -> Log:
     clock = FakeClock()
     log = Log(limits)
     loop = StepLoop(
@@ -131,40 +157,68 @@ async def run(limits: Limits, schedule: list[Arrive | Wait]) -> Log:
         max_join_wait_s=limits.max_join_wait_s,
     )
     items: list[Item] = []
+    streams: dict[int, Stream] = {}
     tasks: dict[int, asyncio.Task[list[str]]] = {}
+
+    def ended(channel: Channel) -> None:
+        log.ends[channel.item.id] += 1
 
     for op in schedule:
         if isinstance(op, Arrive):
             item = Item(len(items), op.cost, op.length)
             items.append(item)
             try:
-                stream = loop.open(item)
+                stream = loop.open(item, on_end=ended)
             except ItemTooLarge:
                 assert limits.max_cost is not None and item.cost > limits.max_cost
                 continue
             assert limits.max_cost is None or item.cost <= limits.max_cost
+            streams[item.id] = stream
             tasks[item.id] = asyncio.create_task(_collect(stream))
+        elif isinstance(op, Leave):
+            ids = list(tasks)
+            leaving = ids[op.index] if op.index < len(ids) else None
+            if leaving is not None and not tasks[leaving].done():
+                # A caller leaves: its reader is cancelled (perhaps before it
+                # started reading) and its stream closed, as a handler's finally does.
+                log.left.add(leaving)
+                tasks[leaving].cancel()
+                await streams[leaving].aclose()
         else:
             await _settle()
             clock.advance(op.seconds)
         await _settle(2)
 
-    # Nobody starves: with only the clock moving, every stream ends.
+    # Nobody starves: with only the clock moving, every stream ends, and then the
+    # loop stops (a step that drops the states of callers who left included).
+    closing: asyncio.Task[None] | None = None
     for _ in range(20_000):
         await _settle()
-        if all(task.done() for task in tasks.values()):
+        if closing is None and all(task.done() for task in tasks.values()):
+            closing = asyncio.create_task(loop.close())
+            await _settle()
+        if closing is not None and closing.done():
             break
         next_timer = clock.next_timer()
         if next_timer is not None:
             clock.advance(max(next_timer - clock.now(), 0.0))
-    assert all(task.done() for task in tasks.values()), "a stream never ended"
-    await loop.close()
+    assert closing is not None, "a stream never ended"
+    assert closing.done(), "the loop did not stop after its last stream ended"
+    closing.result()
 
     for item_id, task in tasks.items():
+        assert log.ends[item_id] == 1, f"stream {item_id} ended {log.ends[item_id]} times"
+        if item_id in log.left:
+            assert task.cancelled() or task.result() == [
+                f"{item_id}:{k}" for k in range(items[item_id].length)
+            ]  # it may have ended before the cancellation reached it
+            continue
         length = items[item_id].length
         assert task.result() == [f"{item_id}:{k}" for k in range(length)]
-    assert log.started == sorted(tasks), "streams started out of order"
+        assert item_id in log.started
+    assert log.started == sorted(log.started), "streams started out of order"
     assert not log.violations, log.violations
+    assert (loop.load, loop.stats().active) == (0, 0)
     return log
 
 
@@ -184,15 +238,16 @@ async def run(limits: Limits, schedule: list[Arrive | Wait]) -> Log:
     ),
     schedule=st.lists(
         st.builds(Arrive, cost=st.integers(0, 30), length=st.integers(1, 10))
-        | st.builds(Wait, seconds=st.sampled_from([0.0, 0.0005, 0.001, 0.004])),
+        | st.builds(Wait, seconds=st.sampled_from([0.0, 0.0005, 0.001, 0.004]))
+        | st.builds(Leave, index=st.integers(0, 30)),
         min_size=5,
         max_size=60,
     ),
 )
 def test_admission_keeps_the_limits_and_order_and_nobody_starves(
-    limits: Limits, schedule: list[Arrive | Wait]
+    limits: Limits, schedule: list[Arrive | Wait | Leave]
 ) -> None:
-    asyncio.run(run(limits, schedule))
+    run(limits, schedule)
 
 
 def test_an_item_over_the_budget_is_refused_before_its_stream_starts() -> None:
@@ -211,15 +266,15 @@ def test_an_item_over_the_budget_is_refused_before_its_stream_starts() -> None:
         assert loop.load == 0 and log.starts == 0
         await loop.close()
 
-    asyncio.run(scenario())
+    asyncio.run(asyncio.wait_for(scenario(), _BOUND_S))
 
 
 def test_padded_budget_lets_fewer_long_items_run_together() -> None:
     """Padded cost 10: items of cost 5 run two at a time, of cost 2 five at a time."""
     limits = Limits(8, 10, "padded", 1, 0.0)
-    log = asyncio.run(run(limits, [Arrive(5, 6) for _ in range(4)]))
+    log = run(limits, [Arrive(5, 6) for _ in range(4)])
     assert log.peak == 2
-    log = asyncio.run(run(limits, [Arrive(2, 6) for _ in range(6)]))
+    log = run(limits, [Arrive(2, 6) for _ in range(6)])
     assert log.peak == 5
 
 
@@ -229,8 +284,8 @@ def test_gathering_joiners_takes_fewer_starts() -> None:
     schedule: list[Arrive | Wait] = [Arrive(1, 200)]
     for _ in range(16):
         schedule += [Wait(STEP_S), Arrive(1, 2)]
-    each = asyncio.run(run(Limits(32, None, "sum", 1, 0.0), schedule))
-    grouped = asyncio.run(run(Limits(32, None, "sum", 4, 0.01), schedule))
+    each = run(Limits(32, None, "sum", 1, 0.0), schedule)
+    grouped = run(Limits(32, None, "sum", 4, 0.01), schedule)
     assert each.starts >= 16
     assert grouped.starts <= 6
 
@@ -270,7 +325,7 @@ def test_a_lone_joiner_waits_at_most_max_join_wait_s() -> None:
             clock.advance(STEP_S)
         await closing
 
-    asyncio.run(scenario())
+    asyncio.run(asyncio.wait_for(scenario(), _BOUND_S))
 
 
 def test_bad_limits_are_refused() -> None:

@@ -25,6 +25,8 @@ from microbatch.stepping import StepDone, StepJob, StepLoop, continuous, lockste
 from microbatch.streams import Channel, Stream
 from microbatch.testing import FakeClock
 
+_BOUND_S = 20.0  # real seconds one example may take: a hang fails, not stalls
+
 
 @dataclass(frozen=True)
 class Item:
@@ -176,7 +178,11 @@ def test_every_stream_gets_exactly_its_own_chunks_and_one_end(
     admission: Any,
     restart: bool,
 ) -> None:
-    asyncio.run(run_schedule(schedule, max_active, max_queue, cost_s, admission, restart))
+    asyncio.run(
+        asyncio.wait_for(
+            run_schedule(schedule, max_active, max_queue, cost_s, admission, restart), _BOUND_S
+        )
+    )
 
 
 async def run_schedule(
@@ -250,8 +256,11 @@ async def run_schedule(
         else:
             task = tasks[op.index] if op.index < len(tasks) else None
             if task is not None and not task.done():
+                # The caller leaves: its reader is cancelled (perhaps before it
+                # started reading) and its stream closed, as a handler's finally does.
                 world.cancelled.add(op.index)
                 task.cancel()
+                await world.streams[op.index].aclose()
         await _settle(2)
 
     # Steps that cost no time need only turns of the event loop; the others need
@@ -335,7 +344,7 @@ async def test_a_loop_that_breaks_ends_every_stream() -> None:
     streams = [loop.open(Item(i, 3, None, False)) for i in range(3)]
     for stream in streams:
         try:
-            await stream.__anext__()
+            await asyncio.wait_for(stream.__anext__(), _BOUND_S)
         except RuntimeError as error:
             assert str(error) == "policy bug"
         else:

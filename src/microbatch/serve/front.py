@@ -4,7 +4,11 @@ The front serves the same :class:`~.app.HttpApp` as a single-process server
 (routes, validation, codecs, limits, metrics), but its target is a
 :class:`RelayTarget`: each decoded item goes to the hub (see :mod:`.hub`), which
 batches the items of every front together. A stream's item goes there too; its
-chunks come back one message each, and a caller that leaves cancels it.
+chunks come back one message each, and a caller that leaves cancels it. A caller
+that reads more slowly than the chunks come (the HTTP writer waits for a slow
+client) may have at most ``max_buffered_chunks`` of them waiting here: one more
+ends its stream with :class:`~microbatch.streams.SlowReader` (after the chunks that
+came) and cancels its item in the hub, so that no process buffers without bound.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 from ..errors import StageFailed
 from ..http.metrics import RequestCollector
 from ..stats import ServiceStats
+from ..streams import MAX_BUFFERED_CHUNKS, SlowReader
 from ..timing import Timing
 from ..types import Route
 from ._messages import (
@@ -54,6 +59,7 @@ class RelayTarget:
         streaming: The routes whose results stream (None: the whole model).
         embedding_model: The served model's ``embedding_model`` (see
             :mod:`microbatch.http.openai`), or None.
+        max_buffered_chunks: Most chunks of one stream waiting for its caller.
     """
 
     def __init__(
@@ -67,8 +73,10 @@ class RelayTarget:
         examples: Sequence[Any] = (),
         streaming: Collection[str | None] = (),
         embedding_model: object = None,
+        max_buffered_chunks: int = MAX_BUFFERED_CHUNKS,
     ) -> None:
         self.name = name
+        self.max_buffered_chunks = max_buffered_chunks
         self.input_type = input_type
         self.output_type = output_type
         self.routes = dict(routes or {})
@@ -191,8 +199,17 @@ class RelayTarget:
     def _on_message(self, message: object) -> None:
         if isinstance(message, Chunk):
             stream = self._streams.get(message.request_id)
-            if stream is not None:
+            if stream is None:
+                return
+            if stream.qsize() < self.max_buffered_chunks:
                 stream.put_nowait(message)
+                return
+            # Its caller reads too slowly: end it after what came, free its item.
+            del self._streams[message.request_id]
+            slow = pack_outcome(False, SlowReader.after(stream.qsize()))
+            stream.put_nowait(StreamEnd(message.request_id, slow))
+            if self._channel.open:
+                self._channel.post(Cancel(message.request_id))
         elif isinstance(message, StreamEnd):
             stream = self._streams.pop(message.request_id, None)
             if stream is not None:

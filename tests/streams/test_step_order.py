@@ -1,0 +1,90 @@
+"""The order of work around a step: a new stream's first chunk wakes its reader
+before the running streams' next chunks wake theirs, and with a runner that steps
+elsewhere (a thread, a process) the next step starts before the readers read, so
+that the two overlap."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from microbatch.step_execution import StepExecutor
+from microbatch.stepping import StepDone, StepJob, StepLoop
+from microbatch.streams import Stream
+from microbatch.testing import FakeClock
+
+from .models import Counter
+
+BOUND_S = 20.0
+
+
+async def _read(name: str, stream: Stream, into: list[tuple[str, Any]]) -> None:
+    async for chunk in stream:
+        into.append((name, chunk))
+
+
+class GatedRunner:
+    """Each step waits until the test releases it."""
+
+    def __init__(self) -> None:
+        self.executor = StepExecutor(Counter())
+        self.gate: asyncio.Future[None] | None = None
+
+    async def advance(self, job: StepJob) -> StepDone:
+        self.gate = asyncio.get_running_loop().create_future()
+        await self.gate
+        return self.executor.advance(job)
+
+    async def release(self) -> None:
+        assert self.gate is not None
+        self.gate.set_result(None)
+        await _turns()
+
+
+async def _turns(count: int = 8) -> None:
+    for _ in range(count):
+        await asyncio.sleep(0)
+
+
+async def test_a_new_streams_first_chunk_is_read_before_the_running_streams_next_ones() -> None:
+    runner = GatedRunner()
+    loop = StepLoop(runner, max_active=4, clock=FakeClock())
+    read: list[tuple[str, Any]] = []
+    running = asyncio.create_task(_read("a", loop.open("a:4"), read))
+    await _turns()
+    await runner.release()  # a-0; the next step (a alone) started already
+    joining = asyncio.create_task(_read("b", loop.open("b:2"), read))
+    await _turns()  # both readers wait for their next chunk
+    await runner.release()  # a-1
+    await runner.release()  # b joins: b-0 and a-2
+    assert read == [("a", "a-0"), ("a", "a-1"), ("b", "b-0"), ("a", "a-2")]
+    await runner.release()
+    await asyncio.wait_for(asyncio.gather(running, joining), BOUND_S)
+    assert read[4:] == [("a", "a-3"), ("b", "b-1")]  # the running ones in step order
+    await asyncio.wait_for(loop.close(), BOUND_S)
+
+
+class ElsewhereRunner:
+    """Steps "elsewhere": each step suspends the caller (as a thread or a process
+    would); records how many chunks had been read when each step started."""
+
+    def __init__(self, read: list[tuple[str, Any]]) -> None:
+        self.executor = StepExecutor(Counter())
+        self.read = read
+        self.read_at_start: list[int] = []
+
+    async def advance(self, job: StepJob) -> StepDone:
+        self.read_at_start.append(len(self.read))
+        await asyncio.sleep(0)
+        return self.executor.advance(job)
+
+
+async def test_the_next_step_starts_before_the_readers_read_the_last_one() -> None:
+    read: list[tuple[str, Any]] = []
+    runner = ElsewhereRunner(read)
+    loop = StepLoop(runner, max_active=1, clock=FakeClock())
+    await asyncio.wait_for(_read("a", loop.open("a:4"), read), BOUND_S)
+    assert len(read) == 4
+    # Step k+1 starts as step k's chunk is delivered, before its reader has read it.
+    assert runner.read_at_start == [0, 0, 1, 2]
+    await asyncio.wait_for(loop.close(), BOUND_S)
