@@ -17,8 +17,9 @@ import asyncio
 import functools
 from typing import Any
 
-from benchmarks.streaming import lengths, run_one
+from streaming import lengths, run_one  # first: it puts the repository root on sys.path
 
+# isort: split
 from examples.generate import CharModel, Prompt
 from microbatch import stepping
 
