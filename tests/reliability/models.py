@@ -21,6 +21,7 @@ from microbatch import Model, Service, Stage, WorkerContext
 
 LOG_ENV = "MICROBATCH_RELIABILITY_LOG"
 MARKER_ENV = "MICROBATCH_RELIABILITY_MARKER"
+GATE_ENV = "MICROBATCH_RELIABILITY_GATE"
 
 
 class Job(msgspec.Struct, frozen=True):
@@ -73,6 +74,23 @@ class DiesInSetupOnceMarked(Work):
         super().setup(worker)
 
 
+class GatedWork(Work):
+    """:class:`Work` whose first batch waits for the gate: the named pipe
+    ``$MICROBATCH_RELIABILITY_GATE``, opened for reading, which blocks until the test
+    opens it for writing (so every item behind the first stays queued until then)."""
+
+    def setup(self, worker: WorkerContext) -> None:
+        super().setup(worker)
+        self.gate = os.environ.get(GATE_ENV)
+
+    def predict(self, batch: list[Job]) -> list[Done]:
+        if self.gate is not None:
+            with open(self.gate, "rb") as gate:
+                gate.read()
+            self.gate = None
+        return super().predict(batch)
+
+
 WARM = [Job(-1)]
 
 storm = Service(
@@ -113,6 +131,9 @@ limited = Service(
 
 slow = Service(Stage(Work, workers=1, max_batch_size=1, max_latency_ms=0, args=(0.2,)))
 """One item at a time, 200 ms each: the deadline test."""
+
+gated = Service(Stage(GatedWork, workers=1, max_batch_size=1, max_latency_ms=0, args=(0.2,)))
+"""As ``slow``, but the first item waits for the test to open the gate."""
 
 draining = Service(
     Stage(Work, workers=2, max_batch_size=64, max_latency_ms=5, args=(0.5,)),

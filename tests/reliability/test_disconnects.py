@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from .harness import (
+    HANG_GUARD_S,
     Connection,
     Server,
     computed,
@@ -30,7 +32,7 @@ from .harness import (
     run,
     serving,
 )
-from .models import LOG_ENV, Job
+from .models import GATE_ENV, LOG_ENV, Job
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -40,9 +42,10 @@ CANCELLED = "microbatch_items_dropped_total"
 
 
 def test_queued_items_of_clients_that_hang_up_are_never_computed(tmp_path: Path) -> None:
-    log = tmp_path / "computed"
-    with serving("slow", env={LOG_ENV: str(log)}) as server:
-        left, answers, cancelled = run(hang_up_while_queued(server))
+    log, gate = tmp_path / "computed", tmp_path / "gate"
+    os.mkfifo(gate)
+    with serving("gated", env={LOG_ENV: str(log), GATE_ENV: str(gate)}) as server:
+        left, answers, cancelled = run(hang_up_while_queued(server, gate))
     done = computed(log)
     report(
         "disconnect while queued",
@@ -58,7 +61,11 @@ def test_queued_items_of_clients_that_hang_up_are_never_computed(tmp_path: Path)
     assert all(answers[i] == i for i in answers) and len(answers) == QUEUED - len(left)
 
 
-async def hang_up_while_queued(server: Server) -> tuple[list[int], dict[int, int], float]:
+async def hang_up_while_queued(
+    server: Server, gate: Path
+) -> tuple[list[int], dict[int, int], float]:
+    """Queue QUEUED items behind the first (held at the gate), hang up some of them,
+    wait until the server has dropped those, then open the gate."""
     connections = [await Connection.open(server.address) for _ in range(QUEUED)]
     replies: dict[int, asyncio.Future[object]] = {}
     for i, connection in enumerate(connections):
@@ -71,6 +78,12 @@ async def hang_up_while_queued(server: Server) -> tuple[list[int], dict[int, int
     left = sorted(random.Random(12).sample(range(CERTAINLY_QUEUED_FROM, QUEUED), QUEUED * 3 // 10))
     for i in left:
         connections[i].abort()
+
+    async def dropped() -> bool:
+        return await metric(server.address, CANCELLED, reason="cancelled") >= len(left)
+
+    await eventually(dropped, "the server dropped the items of those who left")
+    await asyncio.wait_for(asyncio.to_thread(open_gate, gate), HANG_GUARD_S)
     answers = {}
     for i, reply in replies.items():
         if i not in left:
@@ -79,6 +92,11 @@ async def hang_up_while_queued(server: Server) -> tuple[list[int], dict[int, int
         replies[i].cancel()
     cancelled = await metric(server.address, CANCELLED, reason="cancelled")
     return left, answers, cancelled
+
+
+def open_gate(gate: Path) -> None:
+    """Open the named pipe for writing and close it: the worker's read ends."""
+    os.close(os.open(gate, os.O_WRONLY))
 
 
 CLIENTS = 100
