@@ -147,8 +147,8 @@ def _infer(host: RouteHost, model: InferenceModel) -> Handler:
     async def infer(scope: Scope, receive: Receive, send: Send) -> int:
         if host.draining:
             raise NotReady("the server is shutting down")
-        timeout_s = host._timeout_s(scope)
-        body = await host._read_body(scope, receive)
+        timeout_s = host.timeout_s(scope)
+        body = await host.read_body(scope, receive)
         try:
             request, binary = _parse(scope, body)
             inputs = _input_tensors(request, binary)

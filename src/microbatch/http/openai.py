@@ -186,8 +186,8 @@ def _embeddings(host: RouteHost, embedders: Mapping[str, _Embedder]) -> Handler:
     async def embeddings(scope: Scope, receive: Receive, send: Send) -> int:
         if host.draining:
             raise NotReady("the server is shutting down")
-        timeout_s = host._timeout_s(scope)
-        body = await host._read_body(scope, receive)
+        timeout_s = host.timeout_s(scope)
+        body = await host.read_body(scope, receive)
         try:
             request = _parse(body)
             embedder = embedders.get(request.model)

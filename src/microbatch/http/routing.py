@@ -40,10 +40,10 @@ class RouteHost(Protocol):
     def draining(self) -> bool:
         """Shutdown has begun."""
 
-    def _timeout_s(self, scope: Scope) -> float:
+    def timeout_s(self, scope: Scope) -> float:
         """The request's timeout: the default, lowered by ``X-Request-Timeout-Ms``."""
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+    async def read_body(self, scope: Scope, receive: Receive) -> bytes:
         """The whole body, under the size and time limits."""
 
 

@@ -27,12 +27,14 @@ from typing import Any
 
 from ..inference import InferenceModel
 from ..types import Servable
-from .app import ClientDisconnected, HttpApp, HttpConfig
+from .app import HttpApp
 from .asgi import Receive, Scope, Send, header, send_response
 from .codecs import JSON
+from .config import HttpConfig
 from .inference_v2 import v2_routes
 from .openai import embedding_routes
 from .predict import Predictor
+from .request_body import ClientDisconnected
 from .routing import CLIENT_CLOSED, RouteTable
 from .server_timing import ResponseTiming, forget, note_error, tell_timing
 from .service_metrics import ServicesMetrics
@@ -103,11 +105,13 @@ class Services:
         for app in self.apps.values():
             app.begin_draining()
 
-    def _timeout_s(self, scope: Scope) -> float:
-        return self._first._timeout_s(scope)
+    def timeout_s(self, scope: Scope) -> float:
+        """The request's timeout: the default, lowered by ``X-Request-Timeout-Ms``."""
+        return self._first.timeout_s(scope)
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
-        return await self._first._read_body(scope, receive)
+    async def read_body(self, scope: Scope, receive: Receive) -> bytes:
+        """The whole body, under the size and time limits."""
+        return await self._first.read_body(scope, receive)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The ASGI 3 entry point."""
