@@ -7,7 +7,6 @@ The service is started and closed through the ASGI lifespan.
 
 from __future__ import annotations
 
-import hmac
 import logging
 import time
 from collections.abc import Awaitable
@@ -27,6 +26,7 @@ from ..types import Servable, StreamingServable, deadline_from
 from . import request_body
 from .access_log import log_access, log_access_line
 from .asgi import Receive, Scope, Send, header, send_response
+from .bearer import authorize, expected_authorization
 from .codecs import CODECS, JSON, Decoder, codec_for_content_type
 from .config import HttpConfig
 from .error_log import RepeatedErrorLog
@@ -45,7 +45,7 @@ from .request_id import REQUEST_ID_HEADER, RequestIds, echo_request_id
 from .routing import CLIENT_CLOSED, ClientGone, Handler, RouteTable, until_disconnect
 from .schema import add_protocol_operations, docs_page, openapi_document
 from .server_timing import ResponseTiming, forget, note_error, noted, tell_timing
-from .status import MethodNotAllowed, NotFound, NotReady, Unauthorized, error_reply
+from .status import MethodNotAllowed, NotFound, NotReady, error_reply
 from .streams import (
     add_stream_operations,
     first_chunk_timeout_s,
@@ -104,8 +104,7 @@ class HttpApp:
                 self.openapi, {_stream_path(r): _predict_path(r) for r in stream_routes}
             )
         self._decoders = _decoders(target.input_type)
-        token = self.config.auth_token
-        self._expected_authorization = None if token is None else b"Bearer " + token.encode()
+        self._expected_authorization = expected_authorization(self.config.auth_token)
         self._draining = False
         self._not_ready = False
         self._request_ids = RequestIds()
@@ -223,7 +222,7 @@ class HttpApp:
             if scope["method"] != method:
                 raise MethodNotAllowed(f"{path} takes {method}", allow=method)
             if protected and self._expected_authorization is not None:
-                self._authorize(scope)
+                authorize(scope, self._expected_authorization)
             status = await handler(scope, receive, send)
         except (ClientDisconnected, ClientGone):
             status = CLIENT_CLOSED
@@ -236,12 +235,6 @@ class HttpApp:
         if timing_token is not None:
             forget(timing_token)
         current_request_id.reset(context)
-
-    def _authorize(self, scope: Scope) -> None:
-        given = header(scope, b"authorization") or b""
-        assert self._expected_authorization is not None
-        if not hmac.compare_digest(given, self._expected_authorization):
-            raise Unauthorized("a bearer token is required (Authorization: Bearer <token>)")
 
     async def _send_error(self, scope: Scope, send: Send, error: Exception, request_id: str) -> int:
         status, body, media_type, headers = error_response(
