@@ -13,8 +13,17 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 from .asgi import DISCONNECT_EXTENSION, Receive, Scope, Send, extension
+from .status import NotReady
 
-__all__ = ["CLIENT_CLOSED", "ClientGone", "Handler", "RouteHost", "RouteTable", "until_disconnect"]
+__all__ = [
+    "CLIENT_CLOSED",
+    "ClientGone",
+    "Handler",
+    "RouteHost",
+    "RouteTable",
+    "admitted_body",
+    "until_disconnect",
+]
 
 T = TypeVar("T")
 
@@ -45,6 +54,18 @@ class RouteHost(Protocol):
 
     async def read_body(self, scope: Scope, receive: Receive) -> bytes:
         """The whole body, under the size and time limits."""
+
+
+async def admitted_body(host: RouteHost, scope: Scope, receive: Receive) -> tuple[float, bytes]:
+    """A protocol request's timeout and whole body, once the host is not draining.
+
+    Raises:
+        NotReady: Shutdown has begun (503).
+    """
+    if host.draining:
+        raise NotReady("the server is shutting down")
+    timeout_s = host.timeout_s(scope)
+    return timeout_s, await host.read_body(scope, receive)
 
 
 async def until_disconnect(scope: Scope, receive: Receive, work: Coroutine[Any, Any, T]) -> T:
