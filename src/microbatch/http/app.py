@@ -40,7 +40,6 @@ from .predict import (
     error_response,
     timeout_from_header,
 )
-from .request_body import ClientDisconnected
 from .request_id import REQUEST_ID_HEADER, RequestIds, echo_request_id
 from .routing import CLIENT_CLOSED, ClientGone, Handler, RouteTable, until_disconnect
 from .schema import add_protocol_operations, docs_page, openapi_document
@@ -152,7 +151,7 @@ class HttpApp:
             self.config.default_timeout_s,
             self.config.max_body_bytes,
             self._expected_authorization,
-            "/predict" if route is None else f"/predict/{route}",
+            _predict_path(route),
             self._request_ids.for_request,
             self._errors.failed,
             self.config.server_timing,
@@ -224,7 +223,7 @@ class HttpApp:
             if protected and self._expected_authorization is not None:
                 authorize(scope, self._expected_authorization)
             status = await handler(scope, receive, send)
-        except (ClientDisconnected, ClientGone):
+        except (request_body.ClientDisconnected, ClientGone):
             status = CLIENT_CLOSED
         except Exception as error:
             status = await self._send_error(scope, send, error, request_id)
@@ -257,7 +256,7 @@ class HttpApp:
         accept = header(scope, b"accept")
         if wants_stream(accept) and _stream_path(route) in self._routes:
             return await self._stream(scope, receive, send, route, decoders)
-        predictor = self._predictors["/predict" if route is None else f"/predict/{route}"]
+        predictor = self._predictors[_predict_path(route)]
         deadline, decode, encoder = predictor.check(scope["headers"], authorize=False)
         item = decode(await self.read_body(scope, receive))
         timing = predictor.timing(scope["headers"])
@@ -331,7 +330,7 @@ class HttpApp:
         await send_response(send, 200, self._docs_body, b"text/html; charset=utf-8")
         return 200
 
-    # -- parts of a prediction ------------------------------------------------------
+    # -- what the protocol routes use (routing.RouteHost) -----------------------------
 
     def timeout_s(self, scope: Scope) -> float:
         """The request's timeout: the default, lowered by ``X-Request-Timeout-Ms``."""
