@@ -22,6 +22,7 @@ import yaml
 from microbatch.cli._config import apply_stage_settings
 from microbatch.cli._options import parse
 from microbatch.loading import load_target
+from tests.server_process import stop, url_from_first_line
 
 from .server import HANG_GUARD_S, ROOT
 
@@ -122,10 +123,7 @@ def test_the_entrypoint_serves_with_a_token_and_drains_on_sigterm(installed: Pat
         text=True,
     )
     try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line.startswith("microbatch serving on "), line
-        url = line.removeprefix("microbatch serving on ").strip()
+        url = url_from_first_line(process)
         token = {"authorization": "Bearer from-a-secret"}
         with httpx.Client(base_url=url, timeout=HANG_GUARD_S) as client:
             assert client.get("/health/live").status_code == 200
@@ -134,11 +132,7 @@ def test_the_entrypoint_serves_with_a_token_and_drains_on_sigterm(installed: Pat
         process.send_signal(signal.SIGTERM)  # exec: the server itself gets it
         assert process.wait(HANG_GUARD_S) == 0
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(HANG_GUARD_S)
-        if process.stdout is not None:
-            process.stdout.close()
+        stop(process, HANG_GUARD_S)
 
 
 def test_the_entrypoint_says_what_is_missing() -> None:

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
-from tests.serve.test_server import HANG_GUARD_S, Server
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.serve.test_server import HANG_GUARD_S
+from tests.server_process import ROOT, SERVING_ON, Server, serve_command, stop
 
 
 @dataclass
@@ -35,7 +32,7 @@ def serving(*targets: str, grpc: bool = False, options: tuple[str, ...] = ()) ->
     """Start ``microbatch serve TARGET... --port 0 [--grpc-port 0]``; yield once ready."""
     extra = ["--grpc-port", "0"] if grpc else []
     process = subprocess.Popen(
-        [sys.executable, "-m", "microbatch", "serve", *targets, "--port", "0", *extra, *options],
+        serve_command(*targets, "--port", "0", *extra, *options),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
@@ -49,14 +46,10 @@ def serving(*targets: str, grpc: bool = False, options: tuple[str, ...] = ()) ->
             assert line, "the server exited before it announced its address"
             if line.startswith("microbatch grpc serving on "):
                 grpc_address = line.removeprefix("microbatch grpc serving on ").strip()
-            elif line.startswith("microbatch serving on "):
-                url = line.removeprefix("microbatch serving on ").strip()
+            elif line.startswith(SERVING_ON):
+                url = line.removeprefix(SERVING_ON).strip()
                 break
-        Server(process, url).wait_ready()
+        Server(process, url, HANG_GUARD_S).wait_ready()
         yield Running(url.removeprefix("http://"), grpc_address, process)
     finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(HANG_GUARD_S)
-        if process.stdout is not None:
-            process.stdout.close()
+        stop(process, HANG_GUARD_S)

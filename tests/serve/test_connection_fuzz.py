@@ -17,7 +17,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .test_connection import GET_LIVE, LIMITS, harness, post, settle
+from .connection_harness import GET_LIVE, LIMITS, harness, parse_responses, post, settle
 
 VALID = st.one_of(
     st.floats(-1e6, 1e6, allow_nan=False).map(lambda x: (post(x), 1)),
@@ -54,8 +54,6 @@ def streams(draw: Any, garbage: bool) -> tuple[bytes, int, list[int]]:
 
 async def feed(stream: tuple[bytes, int, list[int]]) -> tuple[list[int], bool]:
     """Run one connection on the stream; the statuses it got and whether it closed."""
-    from .test_connection import parse_responses
-
     data, _, cuts = stream
     errors: list[dict[str, Any]] = []
     loop = asyncio.get_running_loop()

@@ -16,57 +16,31 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.server_process import ROOT, Server, serve_command, stop, url_from_first_line
+
 HANG_GUARD_S = 30.0
-
-
-class Server:
-    """A ``microbatch serve`` child process and the URL it printed."""
-
-    def __init__(self, process: subprocess.Popen[str], url: str) -> None:
-        self.process = process
-        self.url = url
-        host, port = url.removeprefix("http://").rsplit(":", 1)
-        self.address = (host, int(port))
-
-    def wait_ready(self) -> None:
-        """Until /health/ready answers 200 (bounded by the hang guard)."""
-        give_up = time.monotonic() + HANG_GUARD_S
-        with httpx.Client(base_url=self.url) as client:
-            while client.get("/health/ready").status_code != 200:
-                assert time.monotonic() < give_up, "the server never became ready"
-                time.sleep(0.05)
 
 
 @contextmanager
 def running(target: str, *options: str, env: dict[str, str] | None = None) -> Iterator[Server]:
     """Start ``microbatch serve TARGET --port 0``; yield once it printed its URL."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "microbatch", "serve", target, "--port", "0", *options],
+        serve_command(target, "--port", "0", *options),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, **(env or {})},
     )
     try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        prefix = "microbatch serving on "
-        assert line.startswith(prefix), f"unexpected first line {line!r}"
-        server = Server(process, line.removeprefix(prefix).strip())
+        server = Server(process, url_from_first_line(process), HANG_GUARD_S)
         server.wait_ready()
         yield server
     finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(HANG_GUARD_S)
-        if process.stdout is not None:
-            process.stdout.close()
+        stop(process, HANG_GUARD_S)
 
 
 async def _post_all(url: str, xs: list[float]) -> list[httpx.Response]:

@@ -10,7 +10,7 @@ from microbatch.cli._serving import http_config, serve_settings
 from microbatch.http.app import HttpApp
 from microbatch.serve.server import limits_of
 
-from .test_connection import Doubler
+from .connection_harness import Doubler
 
 LIMIT_FLAGS = ["--max-header-bytes", "2048", "--keep-alive-s", "2.5", "--max-connections", "7"]
 

@@ -15,7 +15,6 @@ import select
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -32,6 +31,7 @@ from microbatch.loading import as_servable
 from microbatch.serve.front import RelayTarget
 from microbatch.serve.hub import Hub
 from microbatch.serve.relay import Channel, Message, pack_outcome, unpack_outcome
+from tests.server_process import serve_command, stop, url_from_first_line
 
 from .test_server import HANG_GUARD_S, ROOT, _post_all, _until_metrics, run_cli
 
@@ -324,18 +324,14 @@ def _start(
 ) -> tuple[subprocess.Popen[str], str, Any]:
     """``microbatch serve --workers 2`` with its log in a file: (process, url, log)."""
     log = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed by _stop)
-    command = [sys.executable, "-m", "microbatch", "serve", target]
     process = subprocess.Popen(
-        [*command, "--port", "0", "--workers", "2", *options],
+        serve_command(target, "--port", "0", "--workers", "2", *options),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=log,
         text=True,
     )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    assert line.startswith("microbatch serving on "), line
-    return process, line.removeprefix("microbatch serving on ").strip(), log
+    return process, url_from_first_line(process), log
 
 
 def _front_pids(log: Any) -> list[int]:
@@ -369,11 +365,7 @@ def _started_again(log: Any, fronts: int) -> list[int]:
 
 
 def _stop(process: subprocess.Popen[str], log: Any) -> None:
-    if process.poll() is None:
-        process.kill()
-    process.wait(HANG_GUARD_S)
-    if process.stdout is not None:
-        process.stdout.close()
+    stop(process, HANG_GUARD_S)
     log.close()
 
 

@@ -6,7 +6,6 @@ to end with httpx streaming and the official openai client."""
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -22,6 +21,7 @@ from microbatch.http.metrics import RequestCollector
 from microbatch.serve.front import RelayTarget
 from microbatch.serve.hub import Hub
 from tests.protocols.models import expected_vector
+from tests.stream_exchange import check_stream_exchange
 from tests.streams.models import Counter
 
 from .test_server import HANG_GUARD_S, running
@@ -37,7 +37,8 @@ def _fresh_counter() -> Iterator[None]:
 
 
 @asynccontextmanager
-async def _relayed_streams() -> AsyncIterator[tuple[Service[str, Any], RelayTarget]]:
+async def _relayed_streams() -> AsyncIterator[tuple[Service[str, Any], RelayTarget, Hub]]:
+    """A service, a hub over it and a front's relay to the hub over a socket pair."""
     service: Service[str, Any] = Service(Stage(Counter, mode="thread", max_batch_size=4))
     await service.start()
     hub = Hub(service)
@@ -48,7 +49,7 @@ async def _relayed_streams() -> AsyncIterator[tuple[Service[str, Any], RelayTarg
     await relay.start()
     await hello
     try:
-        yield service, relay
+        yield service, relay, hub
     finally:
         await relay.close()
         hub.close()
@@ -66,7 +67,7 @@ async def _chunks(stream: AsyncIterator[Any]) -> list[Any]:
 
 
 async def test_each_relayed_stream_gets_its_own_chunks_in_order() -> None:
-    async with _relayed_streams() as (_, relay):
+    async with _relayed_streams() as (_, relay, _):
         assert relay.can_stream() and not relay.can_stream("other")
         names = [f"s{i}:{1 + i % 4}" for i in range(10)]
         outcomes = await asyncio.gather(*(_chunks(relay.stream(name)) for name in names))
@@ -74,7 +75,7 @@ async def test_each_relayed_stream_gets_its_own_chunks_in_order() -> None:
 
 
 async def test_a_relayed_streams_error_is_raised_by_the_front() -> None:
-    async with _relayed_streams() as (_, relay):
+    async with _relayed_streams() as (_, relay, _):
         got: list[Any] = []
         with pytest.raises(ItemError, match="f failed at step 1"):
             async for chunk in relay.stream("f:4:fail@1"):
@@ -83,7 +84,7 @@ async def test_a_relayed_streams_error_is_raised_by_the_front() -> None:
 
 
 async def test_a_caller_that_leaves_frees_the_items_place() -> None:
-    async with _relayed_streams() as (service, relay):
+    async with _relayed_streams() as (service, relay, _):
         endless = relay.stream("pid")
         assert isinstance(await endless.__anext__(), int)
         await endless.aclose()  # type: ignore[attr-defined]
@@ -99,33 +100,7 @@ def test_streams_end_to_end_under_workers() -> None:
         ) as server,
         httpx.Client(base_url=server.url, timeout=HANG_GUARD_S) as client,
     ):
-        with client.stream("POST", "/stream", json="a:3") as reply:
-            assert reply.headers["content-type"] == "text/event-stream"
-            lines = [line for line in reply.iter_lines() if line]
-        assert lines == [
-            "event: chunk",
-            'data: "a-0"',
-            "event: chunk",
-            'data: "a-1"',
-            "event: chunk",
-            'data: "a-2"',
-            "event: end",
-            'data: {"status":"complete","chunks":3}',
-        ]
-        # One item at a time: an endless stream whose client left must be
-        # cancelled in the hub, or the next stream would never start.
-        with client.stream("POST", "/stream", json="pid") as endless:
-            for line in endless.iter_lines():
-                if line.startswith("data:"):
-                    break
-        with client.stream(
-            "POST", "/stream", json="b:2", headers={"accept": "application/x-ndjson"}
-        ) as reply:
-            assert [json.loads(line) for line in reply.iter_lines() if line] == [
-                {"chunk": "b-0"},
-                {"chunk": "b-1"},
-                {"end": {"status": "complete", "chunks": 2}},
-            ]
+        check_stream_exchange(client)
         failed = client.post("/stream", json="f:3:fail@0")
         assert failed.status_code == 422
 
@@ -145,15 +120,7 @@ def test_embeddings_under_workers() -> None:
 
 
 async def test_when_the_hub_goes_an_open_stream_ends_with_503() -> None:
-    service: Service[str, Any] = Service(Stage(Counter, mode="thread", max_batch_size=4))
-    await service.start()
-    hub = Hub(service)
-    ours, theirs = socket.socketpair()
-    hello = await hub.connect(0, ours)
-    relay = RelayTarget("counter", str, Any, theirs, streaming=[None])
-    await relay.start()
-    await hello
-    try:
+    async with _relayed_streams() as (_, relay, hub):
         endless = relay.stream("pid")
         assert isinstance(await endless.__anext__(), int)
         hub.close()
@@ -163,6 +130,3 @@ async def test_when_the_hub_goes_an_open_stream_ends_with_503() -> None:
         assert caught.value.http_status == 503
         with pytest.raises(StageFailed):  # a new one fails before its first chunk
             await relay.stream("a:1").__anext__()
-    finally:
-        await relay.close()
-        await service.close()

@@ -19,6 +19,7 @@ from microbatch import Model, Service, Stage
 from microbatch.http import HttpApp
 from tests.http.conftest import serving
 from tests.serve.test_server import running
+from tests.stream_exchange import check_stream_exchange
 
 from .models import Counter, Name
 
@@ -156,33 +157,7 @@ def test_end_to_end_with_httpx_streaming_and_a_client_that_leaves() -> None:
         running("tests.streams.served:service", "--log-level", "warning") as server,
         httpx.Client(base_url=server.url, timeout=HANG_GUARD_S) as client,
     ):
-        with client.stream("POST", "/stream", json="a:3") as reply:
-            assert reply.headers["content-type"] == "text/event-stream"
-            lines = [line for line in reply.iter_lines() if line]
-        assert lines == [
-            "event: chunk",
-            'data: "a-0"',
-            "event: chunk",
-            'data: "a-1"',
-            "event: chunk",
-            'data: "a-2"',
-            "event: end",
-            'data: {"status":"complete","chunks":3}',
-        ]
-        # The service steps one item at a time: an endless stream that is not
-        # left would block every other one.
-        with client.stream("POST", "/stream", json="pid") as endless:
-            for line in endless.iter_lines():
-                if line.startswith("data:"):
-                    break
-        with client.stream(
-            "POST", "/stream", json="b:2", headers={"accept": "application/x-ndjson"}
-        ) as reply:
-            assert [json.loads(line) for line in reply.iter_lines() if line] == [
-                {"chunk": "b-0"},
-                {"chunk": "b-1"},
-                {"end": {"status": "complete", "chunks": 2}},
-            ]
+        check_stream_exchange(client)
         metrics = client.get("/metrics").text
         assert "microbatch_stream_chunks_total" in metrics
 

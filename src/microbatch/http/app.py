@@ -7,14 +7,9 @@ The service is started and closed through the ASGI lifespan.
 
 from __future__ import annotations
 
-import asyncio
-import hmac
 import logging
-import math
-import sys
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -28,18 +23,12 @@ from ..logs import current_request_id
 if TYPE_CHECKING:
     from ..tracing import Tracer
 from ..types import Servable, StreamingServable, deadline_from
+from . import request_body
 from .access_log import log_access, log_access_line
-from .asgi import (
-    BODY_DEADLINE_EXTENSION,
-    DISCONNECT_EXTENSION,
-    Receive,
-    Scope,
-    Send,
-    extension,
-    header,
-    send_response,
-)
+from .asgi import Receive, Scope, Send, header, send_response
+from .bearer import authorize, expected_authorization
 from .codecs import CODECS, JSON, Decoder, codec_for_content_type
+from .config import HttpConfig
 from .error_log import RepeatedErrorLog
 from .inference_v2 import v2_routes
 from .metrics import HttpMetrics
@@ -52,18 +41,10 @@ from .predict import (
     timeout_from_header,
 )
 from .request_id import REQUEST_ID_HEADER, RequestIds, echo_request_id
+from .routing import CLIENT_CLOSED, ClientGone, Handler, RouteTable, until_disconnect
 from .schema import add_protocol_operations, docs_page, openapi_document
 from .server_timing import ResponseTiming, forget, note_error, noted, tell_timing
-from .status import (
-    BadRequest,
-    BodyTooLarge,
-    BodyTooSlow,
-    MethodNotAllowed,
-    NotFound,
-    NotReady,
-    Unauthorized,
-    error_reply,
-)
+from .status import MethodNotAllowed, NotFound, NotReady, error_reply
 from .streams import (
     add_stream_operations,
     first_chunk_timeout_s,
@@ -75,60 +56,6 @@ from .streams import (
 __all__ = ["HttpApp", "HttpConfig", "app"]
 
 logger = logging.getLogger("microbatch.http")
-
-
-_Handler = Callable[[Scope, Receive, Send], Awaitable[int]]
-_CLIENT_CLOSED = 499  # recorded in metrics only: nobody is left to answer
-
-
-@dataclass(frozen=True)
-class HttpConfig:
-    """Settings of the HTTP app.
-
-    Args:
-        max_body_bytes: Largest request body; a larger one gets 413 without being
-            read past the limit.
-        default_timeout_s: A request's deadline, from its arrival; a client may lower
-            it with ``X-Request-Timeout-Ms``. Past it: 504.
-        body_timeout_s: Longest time to receive a request's body; past it: 408.
-        auth_token: When set, every route except the health probes needs
-            ``Authorization: Bearer <token>``.
-        access_log: Log one line per request on ``microbatch.access``.
-        api_title: The OpenAPI document's title (default: the served model's name).
-        api_version: The OpenAPI document's version (default: microbatch's).
-        server_timing: Tell each predict response's ``Server-Timing`` (queued, behind
-            a running batch, model time and batch size, per stage).
-        tracing: Trace every predict request with OpenTelemetry (needs
-            ``microbatch[otel]``; spans go to the global tracer provider, see
-            :mod:`microbatch.tracing`).
-
-    Raises:
-        ValueError: A setting is out of range; the message names it and its value.
-    """
-
-    max_body_bytes: int = 10 * 1024 * 1024
-    default_timeout_s: float = 30.0
-    body_timeout_s: float = 30.0
-    auth_token: str | None = None
-    access_log: bool = False
-    api_title: str | None = None
-    api_version: str | None = None
-    server_timing: bool = True
-    tracing: bool = False
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.max_body_bytes, int) or self.max_body_bytes < 1:
-            raise ValueError(f"max_body_bytes must be an int >= 1, got {self.max_body_bytes!r}")
-        for name in ("default_timeout_s", "body_timeout_s"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0 < value < math.inf:
-                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-        if self.auth_token is not None and not self.auth_token:
-            raise ValueError("auth_token must be None or a non-empty string")
-
-
-class ClientDisconnected(Exception):
-    """The client went away before its result was ready; its item was cancelled."""
 
 
 class HttpApp:
@@ -176,13 +103,12 @@ class HttpApp:
                 self.openapi, {_stream_path(r): _predict_path(r) for r in stream_routes}
             )
         self._decoders = _decoders(target.input_type)
-        token = self.config.auth_token
-        self._expected_authorization = None if token is None else b"Bearer " + token.encode()
+        self._expected_authorization = expected_authorization(self.config.auth_token)
         self._draining = False
         self._not_ready = False
         self._request_ids = RequestIds()
         self._errors = RepeatedErrorLog(logger)
-        self._routes: dict[str, tuple[str, _Handler, bool]] = {
+        self._routes: RouteTable = {
             "/predict": ("POST", self._predict, True),
             "/health/live": ("GET", self._live, False),
             "/health/ready": ("GET", self._ready, False),
@@ -225,7 +151,7 @@ class HttpApp:
             self.config.default_timeout_s,
             self.config.max_body_bytes,
             self._expected_authorization,
-            "/predict" if route is None else f"/predict/{route}",
+            _predict_path(route),
             self._request_ids.for_request,
             self._errors.failed,
             self.config.server_timing,
@@ -295,10 +221,10 @@ class HttpApp:
             if scope["method"] != method:
                 raise MethodNotAllowed(f"{path} takes {method}", allow=method)
             if protected and self._expected_authorization is not None:
-                self._authorize(scope)
+                authorize(scope, self._expected_authorization)
             status = await handler(scope, receive, send)
-        except ClientDisconnected:
-            status = _CLIENT_CLOSED
+        except (request_body.ClientDisconnected, ClientGone):
+            status = CLIENT_CLOSED
         except Exception as error:
             status = await self._send_error(scope, send, error, request_id)
         seconds = time.perf_counter() - started
@@ -308,12 +234,6 @@ class HttpApp:
         if timing_token is not None:
             forget(timing_token)
         current_request_id.reset(context)
-
-    def _authorize(self, scope: Scope) -> None:
-        given = header(scope, b"authorization") or b""
-        assert self._expected_authorization is not None
-        if not hmac.compare_digest(given, self._expected_authorization):
-            raise Unauthorized("a bearer token is required (Authorization: Bearer <token>)")
 
     async def _send_error(self, scope: Scope, send: Send, error: Exception, request_id: str) -> int:
         status, body, media_type, headers = error_response(
@@ -336,15 +256,15 @@ class HttpApp:
         accept = header(scope, b"accept")
         if wants_stream(accept) and _stream_path(route) in self._routes:
             return await self._stream(scope, receive, send, route, decoders)
-        predictor = self._predictors["/predict" if route is None else f"/predict/{route}"]
+        predictor = self._predictors[_predict_path(route)]
         deadline, decode, encoder = predictor.check(scope["headers"], authorize=False)
-        item = decode(await self._read_body(scope, receive))
+        item = decode(await self.read_body(scope, receive))
         timing = predictor.timing(scope["headers"])
         told = noted()
         if told is not None:  # its Server-Timing, failed or not (see tell_timing)
             told.timing = timing
         submitted = predictor.submit_item(item, deadline, timing)
-        result = await self._result(scope, submitted, receive)
+        result = await until_disconnect(scope, receive, _awaited(submitted))
         body = encode_result(encoder, result)
         await send_response(send, 200, body, encoder.media_type)
         return 200
@@ -365,12 +285,12 @@ class HttpApp:
         if told is not None:  # its head tells the wait for the first chunk
             told.stream = True
         assert self._streaming is not None
-        deadline = deadline_from(self._timeout_s(scope))
+        deadline = deadline_from(self.timeout_s(scope))
         first_chunk_deadline = deadline_from(first_chunk_timeout_s(scope), deadline)
         framing = framing_for_accept(header(scope, b"accept"))
         content_type = codec_for_content_type(header(scope, b"content-type")).name
         decode = (self._decoders if decoders is None else decoders)[content_type]
-        item = decode(await self._read_body(scope, receive))
+        item = decode(await self.read_body(scope, receive))
         if self.tracer is not None:  # a span per stream
             traced = self.tracer.stream_span(scope["path"], scope["headers"])
             chunks = traced.open(
@@ -410,74 +330,17 @@ class HttpApp:
         await send_response(send, 200, self._docs_body, b"text/html; charset=utf-8")
         return 200
 
-    # -- parts of a prediction ------------------------------------------------------
+    # -- what the protocol routes use (routing.RouteHost) -----------------------------
 
-    def _timeout_s(self, scope: Scope) -> float:
+    def timeout_s(self, scope: Scope) -> float:
+        """The request's timeout: the default, lowered by ``X-Request-Timeout-Ms``."""
         return timeout_from_header(header(scope, TIMEOUT_HEADER), self.config.default_timeout_s)
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
-        limit = self.config.max_body_bytes
-        declared = header(scope, b"content-length")
-        if declared is not None:
-            try:
-                length = int(declared)
-            except ValueError:
-                raise BadRequest("Content-Length is not a number") from None
-            if length > limit:
-                raise BodyTooLarge(f"the body has {length} bytes; the limit is {limit}")
-        if extension(scope, BODY_DEADLINE_EXTENSION) is not None:
-            return await _receive_body(receive, limit)  # the server keeps the deadline
-        try:
-            if sys.version_info >= (3, 11):
-                async with asyncio.timeout(self.config.body_timeout_s):
-                    return await _receive_body(receive, limit)
-            return await asyncio.wait_for(_receive_body(receive, limit), self.config.body_timeout_s)
-        except asyncio.TimeoutError:
-            raise BodyTooSlow(
-                f"the body did not arrive within {self.config.body_timeout_s} s"
-            ) from None
-
-    async def _result(self, scope: Scope, submitted: Awaitable[Any], receive: Receive) -> Any:
-        """Await the item's result; a client that disconnects first cancels it."""
-        disconnect = extension(scope, DISCONNECT_EXTENSION)
-        if disconnect is None:
-            return await self._watched_result(submitted, receive)
-        task = asyncio.current_task()
-        assert task is not None
-        waiting, gone = True, False
-
-        def cancel() -> None:
-            nonlocal gone
-            if waiting:
-                gone = True
-                task.cancel()
-
-        disconnect["register"](cancel)
-        try:
-            return await submitted
-        except asyncio.CancelledError:
-            if not gone:
-                raise
-            if sys.version_info >= (3, 11):
-                task.uncancel()
-            raise ClientDisconnected from None
-        finally:
-            waiting = False
-
-    async def _watched_result(self, awaited: Awaitable[Any], receive: Receive) -> Any:
-        """:meth:`_result` under a server without the disconnect extension: a task
-        watches ``receive()`` for the disconnect."""
-        loop = asyncio.get_running_loop()
-        submitted = loop.create_task(_awaited(awaited))
-        watcher = loop.create_task(_cancel_on_disconnect(receive, submitted))
-        try:
-            return await submitted
-        except asyncio.CancelledError:
-            if watcher.done() and not watcher.cancelled():
-                raise ClientDisconnected from None
-            raise
-        finally:
-            watcher.cancel()
+    async def read_body(self, scope: Scope, receive: Receive) -> bytes:
+        """The whole body, under the size and time limits (413, 408 past them)."""
+        config = self.config
+        limit, timeout_s = config.max_body_bytes, config.body_timeout_s
+        return await request_body.read_body(scope, receive, limit, timeout_s)
 
     # -- lifespan ----------------------------------------------------------------
 
@@ -505,48 +368,6 @@ class HttpApp:
                 return
 
 
-async def _receive_body(receive: Receive, limit: int) -> bytes:
-    """The whole body, refused as soon as more than ``limit`` bytes have arrived."""
-    message = await receive()
-    body: bytes = message.get("body", b"")
-    if not message.get("more_body", False) and message["type"] == "http.request":
-        if len(body) > limit:
-            raise BodyTooLarge(f"the body is over the limit of {limit} bytes")
-        return body
-    chunks = [body]
-    received = len(body)
-    while message.get("more_body", False):
-        if received > limit:
-            raise BodyTooLarge(f"the body is over the limit of {limit} bytes")
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnected
-        chunk = message.get("body", b"")
-        chunks.append(chunk)
-        received += len(chunk)
-    if message["type"] == "http.disconnect":
-        raise ClientDisconnected
-    if received > limit:
-        raise BodyTooLarge(f"the body is over the limit of {limit} bytes")
-    return b"".join(chunks)
-
-
-async def _awaited(awaitable: Awaitable[Any]) -> Any:
-    """``awaitable``'s result, as a coroutine (a task needs one)."""
-    return await awaitable
-
-
-async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any]) -> None:
-    """Cancel ``task`` when the client disconnects.
-
-    The body has been read already, so an ASGI server answers ``receive()`` only
-    when the client goes away; one that answers anything else is not watched further
-    (rather than spun on).
-    """
-    if (await receive())["type"] == "http.disconnect":
-        task.cancel()
-
-
 def _stream_path(route: str | None) -> str:
     """The path of the stream route of ``route`` (None: the whole model)."""
     return "/stream" if route is None else f"/stream/{route}"
@@ -572,7 +393,12 @@ def _decoders(item_type: Any) -> dict[str, Decoder]:
     return {codec.name: codec.make_decoder(item_type) for codec in CODECS}
 
 
-def _same_handler(handler: _Handler, app: HttpApp) -> bool:
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    """``awaitable``'s result, as a coroutine (:func:`.routing.until_disconnect` needs one)."""
+    return await awaitable
+
+
+def _same_handler(handler: Handler, app: HttpApp) -> bool:
     """Whether ``handler`` is the app's own predict handler (not replaced since)."""
     return handler == app._predict or getattr(handler, "func", None) == app._predict
 

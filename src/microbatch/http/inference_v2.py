@@ -34,7 +34,15 @@ from ..inference import InferenceModel
 from ..tensors import Tensor, TensorError, from_json, from_raw, to_json_data, to_raw
 from ..types import deadline_from
 from .asgi import Receive, Scope, Send, header, send_response
-from .routing import CLIENT_CLOSED, ClientGone, Handler, RouteHost, RouteTable, until_disconnect
+from .routing import (
+    CLIENT_CLOSED,
+    ClientGone,
+    Handler,
+    RouteHost,
+    RouteTable,
+    admitted_body,
+    until_disconnect,
+)
 from .server_timing import note_error
 from .status import NotReady, error_reply
 
@@ -145,10 +153,7 @@ def _model_ready(host: RouteHost, model: InferenceModel) -> Handler:
 
 def _infer(host: RouteHost, model: InferenceModel) -> Handler:
     async def infer(scope: Scope, receive: Receive, send: Send) -> int:
-        if host.draining:
-            raise NotReady("the server is shutting down")
-        timeout_s = host._timeout_s(scope)
-        body = await host._read_body(scope, receive)
+        timeout_s, body = await admitted_body(host, scope, receive)
         try:
             request, binary = _parse(scope, body)
             inputs = _input_tensors(request, binary)

@@ -26,9 +26,17 @@ from ..inference import submit_all
 from ..signature import field_values, record_fields
 from ..types import Servable, deadline_from
 from .asgi import Receive, Scope, Send, send_response
-from .routing import CLIENT_CLOSED, ClientGone, Handler, RouteHost, RouteTable, until_disconnect
+from .routing import (
+    CLIENT_CLOSED,
+    ClientGone,
+    Handler,
+    RouteHost,
+    RouteTable,
+    admitted_body,
+    until_disconnect,
+)
 from .server_timing import note_error
-from .status import NotReady, error_reply
+from .status import error_reply
 
 __all__ = [
     "EMBEDDING_MODEL_ATTRIBUTE",
@@ -184,10 +192,7 @@ def _embedder(servable: Servable[Any, Any], declared: EmbeddingModel) -> _Embedd
 
 def _embeddings(host: RouteHost, embedders: Mapping[str, _Embedder]) -> Handler:
     async def embeddings(scope: Scope, receive: Receive, send: Send) -> int:
-        if host.draining:
-            raise NotReady("the server is shutting down")
-        timeout_s = host._timeout_s(scope)
-        body = await host._read_body(scope, receive)
+        timeout_s, body = await admitted_body(host, scope, receive)
         try:
             request = _parse(body)
             embedder = embedders.get(request.model)

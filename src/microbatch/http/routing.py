@@ -13,8 +13,17 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 from .asgi import DISCONNECT_EXTENSION, Receive, Scope, Send, extension
+from .status import NotReady
 
-__all__ = ["CLIENT_CLOSED", "ClientGone", "Handler", "RouteHost", "RouteTable", "until_disconnect"]
+__all__ = [
+    "CLIENT_CLOSED",
+    "ClientGone",
+    "Handler",
+    "RouteHost",
+    "RouteTable",
+    "admitted_body",
+    "until_disconnect",
+]
 
 T = TypeVar("T")
 
@@ -40,11 +49,23 @@ class RouteHost(Protocol):
     def draining(self) -> bool:
         """Shutdown has begun."""
 
-    def _timeout_s(self, scope: Scope) -> float:
+    def timeout_s(self, scope: Scope) -> float:
         """The request's timeout: the default, lowered by ``X-Request-Timeout-Ms``."""
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+    async def read_body(self, scope: Scope, receive: Receive) -> bytes:
         """The whole body, under the size and time limits."""
+
+
+async def admitted_body(host: RouteHost, scope: Scope, receive: Receive) -> tuple[float, bytes]:
+    """A protocol request's timeout and whole body, once the host is not draining.
+
+    Raises:
+        NotReady: Shutdown has begun (503).
+    """
+    if host.draining:
+        raise NotReady("the server is shutting down")
+    timeout_s = host.timeout_s(scope)
+    return timeout_s, await host.read_body(scope, receive)
 
 
 async def until_disconnect(scope: Scope, receive: Receive, work: Coroutine[Any, Any, T]) -> T:

@@ -19,7 +19,6 @@ One service is served by its own ``HttpApp`` instead (``/predict`` as ever).
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import time
 from collections.abc import Sequence
@@ -27,16 +26,19 @@ from typing import Any
 
 from ..inference import InferenceModel
 from ..types import Servable
-from .app import ClientDisconnected, HttpApp, HttpConfig
-from .asgi import Receive, Scope, Send, header, send_response
+from .app import HttpApp
+from .asgi import Receive, Scope, Send, send_response
+from .bearer import authorize, expected_authorization
 from .codecs import JSON
+from .config import HttpConfig
 from .inference_v2 import v2_routes
 from .openai import embedding_routes
 from .predict import Predictor
+from .request_body import ClientDisconnected
 from .routing import CLIENT_CLOSED, RouteTable
 from .server_timing import ResponseTiming, forget, note_error, tell_timing
 from .service_metrics import ServicesMetrics
-from .status import ErrorBody, MethodNotAllowed, NotFound, NotReady, Unauthorized, error_reply
+from .status import ErrorBody, MethodNotAllowed, NotFound, NotReady, error_reply
 
 __all__ = ["Services"]
 
@@ -66,8 +68,7 @@ class Services:
         self._first = next(iter(self.apps.values()))
         self._draining = False
         self._not_ready = False
-        token = config.auth_token
-        self._expected_authorization = None if token is None else b"Bearer " + token.encode()
+        self._expected_authorization = expected_authorization(config.auth_token)
         models = {name: InferenceModel(app.servable) for name, app in self.apps.items()}
         self.metrics = ServicesMetrics({name: app.metrics for name, app in self.apps.items()})
         self._routes: RouteTable = {
@@ -103,11 +104,13 @@ class Services:
         for app in self.apps.values():
             app.begin_draining()
 
-    def _timeout_s(self, scope: Scope) -> float:
-        return self._first._timeout_s(scope)
+    def timeout_s(self, scope: Scope) -> float:
+        """The request's timeout: the default, lowered by ``X-Request-Timeout-Ms``."""
+        return self._first.timeout_s(scope)
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
-        return await self._first._read_body(scope, receive)
+    async def read_body(self, scope: Scope, receive: Receive) -> bytes:
+        """The whole body, under the size and time limits."""
+        return await self._first.read_body(scope, receive)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The ASGI 3 entry point."""
@@ -135,9 +138,7 @@ class Services:
             if scope["method"] != method:
                 raise MethodNotAllowed(f"{path} takes {method}", allow=method)
             if protected and self._expected_authorization is not None:
-                given = header(scope, b"authorization") or b""
-                if not hmac.compare_digest(given, self._expected_authorization):
-                    raise Unauthorized("a bearer token is required (Authorization: Bearer <token>)")
+                authorize(scope, self._expected_authorization)
             status = await handler(scope, receive, send)
         except ClientDisconnected:
             status = CLIENT_CLOSED
