@@ -319,29 +319,57 @@ async def http_stream(
     address: tuple[str, int], contender: HttpContender, length: int
 ) -> tuple[float, float, int]:
     """POST one stream of ``length`` chunks; (first chunk s, total s, chunks). Each
-    chunk carries one ``@`` whatever the framing (SSE, NDJSON, plain lines)."""
-    reader, writer = await asyncio.open_connection(*address)
+    chunk carries one ``@`` whatever the framing (SSE, NDJSON, plain lines), counted
+    as the bytes arrive by a bare protocol (no reader, no future per read: the
+    client's own CPU time weighs on what it measures, on a shared machine)."""
+    loop = asyncio.get_running_loop()
     path, body = contender.path, contender.body(length)
     opened = time.perf_counter()
-    writer.write(
+    transport, counter = await loop.create_connection(_ChunkCounter, *address)
+    transport.write(
         f"POST {path} HTTP/1.1\r\nHost: {address[0]}:{address[1]}\r\n"
         f"Content-Type: application/json\r\nAccept: application/x-ndjson\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
         + body
     )
-    head = await reader.readuntil(b"\r\n\r\n")
-    if not head.startswith(b"HTTP/1.1 200"):
-        raise RuntimeError(f"{path}: {head.splitlines()[0]!r}")
-    chunks, first = 0, None
-    while data := await reader.read(65536):
+    try:
+        await counter.closed
+    finally:
+        transport.close()
+    if not counter.head.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(f"{path}: {counter.head.splitlines()[:1]!r}")
+    if counter.chunks != length or counter.first is None:
+        raise RuntimeError(f"{path}: {counter.chunks} chunks for a stream of {length}")
+    return counter.first - opened, time.perf_counter() - opened, counter.chunks
+
+
+class _ChunkCounter(asyncio.Protocol):
+    """One response read to its end (the server closes): its head, then ``@``s
+    counted, and when the first came."""
+
+    def __init__(self) -> None:
+        self.head = b""
+        self._in_head = True
+        self.chunks = 0
+        self.first: float | None = None
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def data_received(self, data: bytes) -> None:
+        if self._in_head:
+            self.head += data
+            end = self.head.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            self._in_head = False
+            data, self.head = self.head[end + 4 :], self.head[: end + 4]
         found = data.count(b"@")
-        if found and first is None:
-            first = time.perf_counter() - opened
-        chunks += found
-    writer.close()
-    if chunks != length or first is None:
-        raise RuntimeError(f"{path}: {chunks} chunks for a stream of {length}")
-    return first, time.perf_counter() - opened, chunks
+        if found and self.first is None:
+            self.first = time.perf_counter()
+        self.chunks += found
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
 
 
 async def http_run(
