@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import uvloop
+
 import microbatch
 from microbatch import END, Service, Stage, StepModel
 
@@ -317,29 +319,57 @@ async def http_stream(
     address: tuple[str, int], contender: HttpContender, length: int
 ) -> tuple[float, float, int]:
     """POST one stream of ``length`` chunks; (first chunk s, total s, chunks). Each
-    chunk carries one ``@`` whatever the framing (SSE, NDJSON, plain lines)."""
-    reader, writer = await asyncio.open_connection(*address)
+    chunk carries one ``@`` whatever the framing (SSE, NDJSON, plain lines), counted
+    as the bytes arrive by a bare protocol (no reader, no future per read: the
+    client's own CPU time weighs on what it measures, on a shared machine)."""
+    loop = asyncio.get_running_loop()
     path, body = contender.path, contender.body(length)
     opened = time.perf_counter()
-    writer.write(
+    transport, counter = await loop.create_connection(_ChunkCounter, *address)
+    transport.write(
         f"POST {path} HTTP/1.1\r\nHost: {address[0]}:{address[1]}\r\n"
         f"Content-Type: application/json\r\nAccept: application/x-ndjson\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
         + body
     )
-    head = await reader.readuntil(b"\r\n\r\n")
-    if not head.startswith(b"HTTP/1.1 200"):
-        raise RuntimeError(f"{path}: {head.splitlines()[0]!r}")
-    chunks, first = 0, None
-    while data := await reader.read(65536):
+    try:
+        await counter.closed
+    finally:
+        transport.close()
+    if not counter.head.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(f"{path}: {counter.head.splitlines()[:1]!r}")
+    if counter.chunks != length or counter.first is None:
+        raise RuntimeError(f"{path}: {counter.chunks} chunks for a stream of {length}")
+    return counter.first - opened, time.perf_counter() - opened, counter.chunks
+
+
+class _ChunkCounter(asyncio.Protocol):
+    """One response read to its end (the server closes): its head, then ``@``s
+    counted, and when the first came."""
+
+    def __init__(self) -> None:
+        self.head = b""
+        self._in_head = True
+        self.chunks = 0
+        self.first: float | None = None
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def data_received(self, data: bytes) -> None:
+        if self._in_head:
+            self.head += data
+            end = self.head.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            self._in_head = False
+            data, self.head = self.head[end + 4 :], self.head[: end + 4]
         found = data.count(b"@")
-        if found and first is None:
-            first = time.perf_counter() - opened
-        chunks += found
-    writer.close()
-    if chunks != length or first is None:
-        raise RuntimeError(f"{path}: {chunks} chunks for a stream of {length}")
-    return first, time.perf_counter() - opened, chunks
+        if found and self.first is None:
+            self.first = time.perf_counter()
+        self.chunks += found
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
 
 
 async def http_run(
@@ -360,11 +390,21 @@ async def http_run(
     return summarise(records, time.perf_counter() - started)
 
 
+CLIENT_LOOPS: dict[str, Callable[[Any], Any]] = {"uvloop": uvloop.run, "asyncio": asyncio.run}
+"""The event loops the HTTP client can run on: uvloop by default (the same for every
+contender), so that the client's own CPU time weighs less on what it measures."""
+
+
 def run_http(
-    rounds: int, levels: list[int], logs: Path, only: list[str] | None = None
+    rounds: int,
+    levels: list[int],
+    logs: Path,
+    only: list[str] | None = None,
+    client_loop: str = "uvloop",
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Every HTTP contender (or those whose label starts with one of ``only``) at
-    every level; (figures, versions)."""
+    every level, the client on ``client_loop``; (figures, versions)."""
+    run_client = CLIENT_LOOPS[client_loop]
     results: dict[str, Any] = {}
     seen: dict[str, str] = {}
     logs.mkdir(parents=True, exist_ok=True)
@@ -380,10 +420,10 @@ def run_http(
         with serving(contender.server, contender.env, log) as running:
             host, port = running.base.removeprefix("http://").rsplit(":", 1)
             address = (host, int(port))
-            asyncio.run(http_run(address, contender, 4, [3] * 8))  # warm-up
+            run_client(http_run(address, contender, 4, [3] * 8))  # warm-up
             for concurrency in levels:
                 work = lengths(rounds * concurrency, seed=concurrency)
-                figures = asyncio.run(http_run(address, contender, concurrency, work))
+                figures = run_client(http_run(address, contender, concurrency, work))
                 figures["stepwise"] = contender.stepwise
                 results[f"{contender.label} @ {concurrency}"] = figures
                 print(f"{contender.label:40} @ {concurrency:3}: {_rounded(figures)}", flush=True)
@@ -535,12 +575,17 @@ if __name__ == "__main__":
     parser.add_argument("--no-http", action="store_true", help="in-process contenders only")
     parser.add_argument("--no-generative", action="store_true", help="skip examples/generate.py")
     parser.add_argument("--http-only", nargs="*", help="only the HTTP contenders named so")
+    parser.add_argument(
+        "--client-loop", choices=sorted(CLIENT_LOOPS), default="uvloop", help="the client's loop"
+    )
     args = parser.parse_args()
     inproc = asyncio.run(run_in_process(args.rounds, args.levels))
     generative = {} if args.no_generative else asyncio.run(run_generative(2, args.levels))
     http, seen = ({}, {})
     if not args.no_http:
-        http, seen = run_http(args.rounds, args.levels, RESULTS / "logs", args.http_only)
+        http, seen = run_http(
+            args.rounds, args.levels, RESULTS / "logs", args.http_only, args.client_loop
+        )
     RESULTS.mkdir(exist_ok=True)
     payload = {"in_process": inproc, "generative": generative, "http": http, "versions": seen}
     (RESULTS / "streaming.json").write_text(json.dumps(payload, indent=2))

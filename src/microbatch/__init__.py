@@ -27,7 +27,7 @@ from .pipeline import Model, Service, Stage, StepModel, WorkerContext
 from .policy import AdaptivePolicy, CostModel, FixedPolicy, Policy, QueueState
 from .stats import BatcherStats, ServiceStats, StageStats, StreamStats
 from .stepping import END
-from .streams import Stream
+from .streams import SlowReader, Stream
 from .types import Route, Servable, StreamingServable, deadline_from
 
 __version__ = "0.1.0"
@@ -63,6 +63,7 @@ __all__ = [
     "Servable",
     "Service",
     "ServiceStats",
+    "SlowReader",
     "Stage",
     "StageFailed",
     "StageStats",

@@ -102,6 +102,7 @@ class Channel:
         self._left = False
         self._raised = False
         self._waiter: asyncio.Future[None] | None = None
+        self._on_chunk: Callable[[], None] | None = None
         self._timer: Timer | None = None
         self._arm()
 
@@ -134,6 +135,22 @@ class Channel:
         self.chunks.append(chunk)
         if first:
             self._arm()
+        if self._on_chunk is not None:
+            self._on_chunk()
+        else:
+            self._wake()
+
+    def on_chunk(self, callback: Callable[[], None] | None) -> None:
+        """While set, a chunk that comes is queued and ``callback()`` is called,
+        instead of waking the reader (the end still wakes it); None: wake it again."""
+        self._on_chunk = callback
+
+    def unread(self, chunks: list[Any]) -> None:
+        """Put ``chunks`` (taken from :attr:`chunks`, in order) back at the head, and
+        wake the reader."""
+        if self._left:
+            return
+        self.chunks.extendleft(reversed(chunks))
         self._wake()
 
     def finish(self, error: BaseException | None = None) -> None:
@@ -179,6 +196,7 @@ class Channel:
             waiter.set_result(None)
 
     def _ended(self) -> None:
+        self._on_chunk = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -252,6 +270,18 @@ class Stream(AsyncIterator[Any]):
         ready = list(self._channel.chunks)
         self._channel.chunks.clear()
         return ready
+
+    def on_chunk(self, callback: Callable[[], None] | None) -> None:
+        """While set, a chunk that comes waits for :meth:`take_ready` and
+        ``callback()`` is called, rather than a reader in ``__anext__`` woken (a
+        writer of many streams writes a step's chunks in one go); the end still
+        comes from ``__anext__``. None: chunks wake the reader again."""
+        self._channel.on_chunk(callback)
+
+    def unread(self, chunks: list[Any]) -> None:
+        """Put chunks taken with :meth:`take_ready` back, first, for ``__anext__``
+        (a writer that could not write them now hands them back to the reader)."""
+        self._channel.unread(chunks)
 
     async def __aenter__(self) -> Stream:
         return self

@@ -124,3 +124,24 @@ async def test_under_workers_a_slow_reader_is_ended_at_the_front_and_cancelled_i
         assert "8 chunks waited unread" in str(error)
         streams = service.stats().stages[0].streams
         assert streams is not None and streams.active == 0
+
+
+async def test_a_stage_sets_the_bound_of_its_streams() -> None:
+    service: Service[str, Any] = Service(
+        Stage(Counter, mode="thread", max_batch_size=1, max_buffered_chunks=2)
+    )
+    await asyncio.wait_for(service.start(), BOUND_S)
+    try:
+        slow = service.stream("pid")  # endless; not read yet
+        assert await _bounded(service.stream("b:2")) == (["b-0", "b-1"], None)
+        chunks, error = await _bounded(slow)
+        assert len(chunks) == 2 and isinstance(error, SlowReader)
+        assert "2 chunks waited unread" in str(error)
+    finally:
+        await asyncio.wait_for(service.close(), BOUND_S)
+
+
+def test_a_stage_bound_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_buffered_chunks"):
+        Stage(Counter, mode="thread", max_buffered_chunks=0)
+    assert Stage(Counter, mode="thread", max_buffered_chunks=None).max_buffered_chunks is None

@@ -3,6 +3,8 @@ deadlines on a fake clock, and leaving (by aclose, by being dropped)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from microbatch.errors import DeadlineExceeded, ItemError
@@ -75,3 +77,34 @@ async def test_leaving_by_aclose_or_by_dropping_the_stream() -> None:
     dropped, ends = channel(clock)
     Stream(dropped)  # nobody holds it
     assert dropped.left and ends == [dropped]
+
+
+async def test_a_writer_that_takes_the_chunks_is_called_instead_of_the_reader_woken() -> None:
+    source, _ = channel(FakeClock())
+    stream = Stream(source)
+    came: list[int] = []
+    stream.on_chunk(lambda: came.append(len(source.chunks)))
+    reader = asyncio.ensure_future(stream.__anext__())
+    await asyncio.sleep(0)
+    source.push(1)
+    source.push(2)
+    await asyncio.sleep(0)
+    assert came == [1, 2] and not reader.done()
+    taken = stream.take_ready()
+    assert taken == [1, 2]
+    stream.unread(taken)  # could not write them: back to the reader, first
+    assert await asyncio.wait_for(reader, 5) == 1
+    stream.on_chunk(None)
+    source.push(3)
+    assert stream.take_ready() == [2, 3] and came == [1, 2]
+
+
+async def test_the_end_wakes_the_reader_while_a_writer_takes_the_chunks() -> None:
+    source, _ = channel(FakeClock())
+    stream = Stream(source)
+    stream.on_chunk(lambda: None)
+    reader = asyncio.ensure_future(stream.__anext__())
+    await asyncio.sleep(0)
+    source.finish()
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(reader, 5)

@@ -35,6 +35,7 @@ PUBLIC = {
     "Servable",
     "Service",
     "ServiceStats",
+    "SlowReader",
     "Stage",
     "StageStats",
     "StageFailed",
@@ -66,5 +67,6 @@ def test_errors_carry_their_http_status() -> None:
     assert microbatch.DeadlineExceeded.http_status == 504
     assert microbatch.ItemTooLarge.http_status == 422
     assert microbatch.ResultLengthError.http_status == 500
-    for name in ("Overloaded", "BatcherClosed", "DeadlineExceeded", "ItemTooLarge"):
+    assert microbatch.SlowReader.http_status == 408
+    for name in ("Overloaded", "BatcherClosed", "DeadlineExceeded", "ItemTooLarge", "SlowReader"):
         assert issubclass(getattr(microbatch, name), microbatch.MicrobatchError)

@@ -10,6 +10,7 @@ from typing import Any
 
 __all__ = [
     "BODY_DEADLINE_EXTENSION",
+    "BODY_WRITER_EXTENSION",
     "DISCONNECT_EXTENSION",
     "Headers",
     "Message",
@@ -36,6 +37,13 @@ of its own."""
 BODY_DEADLINE_EXTENSION = "microbatch.body_deadline"
 """Scope extension set by ``microbatch serve``: the server itself answers 408 and
 closes the connection when a body is slower than ``{"timeout_s": ...}``."""
+
+BODY_WRITER_EXTENSION = "microbatch.write_body"
+"""Scope extension set by ``microbatch serve``: ``{"write": write}``; once a response
+has started (its head and a first part sent with ``more_body``), ``write(body)``
+writes one more part at once, from a plain callback, and returns True; or writes
+nothing and returns False when the client reads slower than the server writes (or
+is gone): ``send`` then waits for it."""
 
 
 def header(scope: Scope, name: bytes) -> bytes | None:

@@ -30,13 +30,22 @@ import asyncio
 import copy
 import math
 import sys
+import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from .asgi import DISCONNECT_EXTENSION, Receive, Scope, Send, extension, header
+from .asgi import (
+    BODY_WRITER_EXTENSION,
+    DISCONNECT_EXTENSION,
+    Receive,
+    Scope,
+    Send,
+    extension,
+    header,
+)
 from .codecs import NotAcceptable, encode_hook
 from .status import BadRequest, UnencodableResult, error_reply
 
@@ -192,8 +201,11 @@ async def send_stream(
         disconnect["register"](cancel)
     else:
         watcher = asyncio.get_running_loop().create_task(_on_disconnect(receive, cancel))
+    writer = extension(scope, BODY_WRITER_EXTENSION)
     try:
-        return await _send_chunks(send, chunks, framing)
+        return await _send_chunks(
+            send, chunks, framing, None if writer is None else writer["write"]
+        )
     except asyncio.CancelledError:
         if not gone:
             raise
@@ -209,7 +221,12 @@ async def send_stream(
             await closing()
 
 
-async def _send_chunks(send: Send, chunks: AsyncIterator[Any], framing: Framing) -> int:
+async def _send_chunks(
+    send: Send,
+    chunks: AsyncIterator[Any],
+    framing: Framing,
+    write: Callable[[bytes], bool] | None = None,
+) -> int:
     try:
         first: bytes | None = framing.chunk(await chunks.__anext__())
     except StopAsyncIteration:
@@ -233,11 +250,24 @@ async def _send_chunks(send: Send, chunks: AsyncIterator[Any], framing: Framing)
     if first is not None:
         await send({"type": "http.response.body", "body": first, "more_body": True})
         sent = 1
+        take_ready: Callable[[], list[Any]] | None = getattr(chunks, "take_ready", None)
+        direct = _DirectWriter.for_stream(chunks, framing, write)
         try:
-            take_ready = getattr(chunks, "take_ready", None)
-            async for chunk in chunks:
+            while True:
                 # Chunks that piled up while this writer waited go in one write.
-                ready = [chunk] if take_ready is None else [chunk, *take_ready()]
+                ready = [] if take_ready is None else take_ready()
+                if not ready:
+                    if direct is not None:
+                        direct.attach()  # the next chunks go out without this task
+                    try:
+                        ready = [await chunks.__anext__()]
+                    except StopAsyncIteration:
+                        break
+                    finally:
+                        if direct is not None:
+                            direct.detach()
+                    if take_ready is not None:
+                        ready += take_ready()
                 body = b"".join(framing.chunk(one) for one in ready)
                 await send({"type": "http.response.body", "body": body, "more_body": True})
                 sent += len(ready)
@@ -248,9 +278,107 @@ async def _send_chunks(send: Send, chunks: AsyncIterator[Any], framing: Framing)
             )
             await send({"type": "http.response.body", "body": final, "more_body": False})
             return 200
+        if direct is not None:
+            sent += direct.sent
     final = framing.end({"status": "complete", "chunks": sent})
     await send({"type": "http.response.body", "body": final, "more_body": False})
     return 200
+
+
+class _DirectWriter:
+    """Writes one stream's chunks straight to its connection while its writer task
+    waits: the step loop queues a step's chunks and the :class:`_Outbox` writes them
+    all in one callback, rather than each stream's task taking a turn of the event
+    loop per step. A chunk it cannot write now (the client reads slowly, or it does
+    not encode) goes back to the task, which then writes with ``send`` (waiting for
+    the client) or ends the stream with the error.
+    """
+
+    __slots__ = ("_framing", "_outbox", "_queued", "_stream", "_write", "sent")
+
+    def __init__(
+        self, stream: Any, framing: Framing, write: Callable[[bytes], bool], outbox: _Outbox
+    ) -> None:
+        self._stream = stream
+        self._framing = framing
+        self._write = write
+        self._outbox = outbox
+        self._queued = False
+        self.sent = 0
+
+    @classmethod
+    def for_stream(
+        cls, chunks: AsyncIterator[Any], framing: Framing, write: Callable[[bytes], bool] | None
+    ) -> _DirectWriter | None:
+        """A writer for ``chunks`` if both the stream and the server allow it."""
+        if write is None or not hasattr(chunks, "on_chunk") or not hasattr(chunks, "unread"):
+            return None
+        return cls(chunks, framing, write, _Outbox.of(asyncio.get_running_loop()))
+
+    def attach(self) -> None:
+        """From now on the stream's chunks come here (the task waits for the end)."""
+        self._stream.on_chunk(self._came)
+
+    def detach(self) -> None:
+        """The chunks go to the task again."""
+        self._stream.on_chunk(None)
+
+    def _came(self) -> None:
+        if not self._queued:
+            self._queued = True
+            self._outbox.add(self)
+
+    def flush(self) -> None:
+        """Write the chunks that came; hand them back to the task if that cannot be."""
+        self._queued = False
+        ready: list[Any] = self._stream.take_ready()
+        if not ready:
+            return
+        try:
+            written = self._write(b"".join(self._framing.chunk(one) for one in ready))
+        except (TypeError, ValueError, NotImplementedError, OverflowError):
+            written = False  # the task encodes them again, and ends with the error
+        if written:
+            self.sent += len(ready)
+            return
+        self.detach()
+        self._stream.unread(ready)
+
+
+class _Outbox:
+    """The direct writers with chunks to write, written in one callback of the event
+    loop (scheduled by the first chunk of a step; it runs once the step loop has
+    started the next step)."""
+
+    __slots__ = ("_due", "_loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._due: list[_DirectWriter] = []
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> _Outbox:
+        """The loop's outbox."""
+        outbox = _OUTBOXES.get(loop)
+        if outbox is None:
+            outbox = _OUTBOXES[loop] = cls(loop)
+        return outbox
+
+    def add(self, writer: _DirectWriter) -> None:
+        """``writer`` has chunks to write."""
+        if not self._due:
+            self._loop.call_soon(self._flush)
+        self._due.append(writer)
+
+    def _flush(self) -> None:
+        due, self._due = self._due, []
+        for writer in due:
+            writer.flush()
+
+
+_OUTBOXES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Outbox] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 async def _on_disconnect(receive: Receive, cancel: Callable[[], None]) -> None:

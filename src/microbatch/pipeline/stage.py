@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from ..config import BatchConfig, PolicySpec
 from ..merge import RowFormat
+from ..streams import MAX_BUFFERED_CHUNKS
 from .model import Model
 
 __all__ = ["Stage"]
@@ -50,6 +51,9 @@ class Stage:
             ``CUDA_VISIBLE_DEVICES``), or a function of the worker index giving them.
         cpus: CPU ids the stage's worker processes are pinned to, or a function of
             the worker index giving each worker its own (Linux only).
+        max_buffered_chunks: A streaming stage's most chunks per stream unread by its
+            caller; one more ends the stream with :class:`~microbatch.SlowReader`
+            (None: no limit).
     """
 
     model: type[Model]
@@ -80,6 +84,7 @@ class Stage:
     setup_attempts: int = 3
     env: Env = field(default_factory=dict)
     cpus: Cpus = None
+    max_buffered_chunks: int | None = MAX_BUFFERED_CHUNKS
 
     def __post_init__(self) -> None:
         if not (isinstance(self.model, type) and issubclass(self.model, Model)):
@@ -90,6 +95,12 @@ class Stage:
             raise ValueError(f"mode must be 'process' or 'thread', got {self.mode!r}")
         if self.setup_attempts < 1:
             raise ValueError(f"setup_attempts must be >= 1, got {self.setup_attempts!r}")
+        if self.max_buffered_chunks is not None and (
+            not isinstance(self.max_buffered_chunks, int) or self.max_buffered_chunks < 1
+        ):
+            raise ValueError(
+                f"max_buffered_chunks must be an int >= 1 or None, got {self.max_buffered_chunks!r}"
+            )
         if not isinstance(self.batching, BatchConfig):
             raise TypeError(f"batching must be a BatchConfig, got {self.batching!r}")
         if self.max_concurrent_batches not in (None, self.workers):

@@ -192,6 +192,7 @@ class StepStage:
                 cost_fn=config.cost_fn,
                 max_cost=config.max_batch_cost,
                 cost_mode=config.batch_cost,
+                max_buffered=self.stage.max_buffered_chunks,
             )
             for runner in self._runners
         ]

@@ -22,6 +22,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import sys
 import time
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,7 @@ from ..http.app import HttpApp, HttpConfig
 from ..loading import as_servable, load_target
 from ..logs import configure as configure_logs
 from ..pipeline.failures import exit_description
+from ..streams import MAX_BUFFERED_CHUNKS
 from ..types import Servable, StreamingServable
 from .front import RelayTarget
 from .hub import Hub
@@ -87,10 +89,22 @@ def run_front(
         examples=local.examples,
         streaming=_streaming_routes(local),
         embedding_model=getattr(local, "embedding_model", None),
+        max_buffered_chunks=_stream_bound(local),
     )
     app = HttpApp(target, config)
     target.requests = app.metrics.requests
     serve(app, settings, sock=listener, announce=False)
+
+
+def _stream_bound(local: Servable[Any, Any]) -> int:
+    """The most chunks a stream may hold unread at the front: the largest bound of the
+    served stages (``Stage(max_buffered_chunks=...)``; None: no limit), so that the
+    front cuts no stream sooner than its stage would."""
+    stages = getattr(local, "stages", None)
+    if not stages:  # not a Service
+        return MAX_BUFFERED_CHUNKS
+    bounds = [stage.max_buffered_chunks for stage in stages]
+    return sys.maxsize if None in bounds else max(bounds)
 
 
 def _streaming_routes(local: Servable[Any, Any]) -> list[str | None]:

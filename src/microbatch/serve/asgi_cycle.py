@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..http.asgi import Message, Scope
+from ..http.asgi import BODY_WRITER_EXTENSION, Message, Scope
 from .responses import date_line, head, status_line
 
 __all__ = ["HIGH_WATER_BYTES", "AsgiCycle", "CycleOwner"]
@@ -46,6 +46,10 @@ class CycleOwner(Protocol):
     async def drained(self) -> None:
         """Until the client has read what was written (flow control)."""
 
+    @property
+    def writing_paused(self) -> bool:
+        """The client reads slower than the server writes (``drained`` would wait)."""
+
 
 class AsgiCycle:
     """The ``receive`` and ``send`` of one request.
@@ -75,6 +79,9 @@ class AsgiCycle:
         self._sent_status = 0
         self._headers: list[tuple[bytes, bytes]] = []
         self._chunked = False
+        extensions = scope.get("extensions")
+        if extensions is not None:
+            extensions[BODY_WRITER_EXTENSION] = {"write": self.write_more}
 
     # -- from the connection ------------------------------------------------------
 
@@ -166,6 +173,17 @@ class AsgiCycle:
             self._owner.response_complete(self._sent_status)
             return
         await self._owner.drained()
+
+    def write_more(self, body: bytes) -> bool:
+        """Write one more body part of a started response now (``more_body``), unless
+        the client is gone or reads slower than we write: then False, nothing written."""
+        if self._status or not self.started or self.complete or self.disconnected:
+            return False
+        if self._owner.writing_paused:
+            return False
+        if not self._head_only:
+            self._owner.write(b"%x\r\n%s\r\n" % (len(body), body) if self._chunked else body)
+        return True
 
     def _status_sent(self) -> None:
         if self._status:

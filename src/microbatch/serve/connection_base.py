@@ -89,6 +89,11 @@ class ConnectionBase(asyncio.Protocol):
         cycle = self._cycle
         return cycle is not None and cycle.started
 
+    @property
+    def writing_paused(self) -> bool:
+        """The client reads slower than we write (its transport is over high water)."""
+        return self._write_paused
+
     def write(self, data: bytes) -> None:
         """Send bytes to the client (nothing once closed)."""
         self._write(data)
