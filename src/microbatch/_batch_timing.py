@@ -1,14 +1,24 @@
 """One batch's part in the timing records of the requests in it: each timed request
 gets the stage's entry (queued, behind a running batch, model time, batch size and
-cost), and the batch is traced once, linked to every traced request in it."""
+cost), and the batch is traced once, linked to every traced request in it.
+
+Step-wise batching likewise: a traced stream's record is the current one
+(:data:`traced_stream`) while the stream is opened, so that the step loop keeps it
+with the stream, and each step with a traced stream in it is traced once
+(:func:`record_step`), linked to the span of every traced stream it stepped."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
+from typing import Protocol
 
 from .timing import Timing
 
-__all__ = ["record_batch"]
+__all__ = ["record_batch", "record_step", "traced_stream"]
+
+traced_stream: ContextVar[Timing | None] = ContextVar("microbatch_traced_stream", default=None)
+"""The record (with its span) of the traced stream being opened now, else None."""
 
 
 def record_batch(
@@ -41,3 +51,35 @@ def record_batch(
     if traced:
         first = traced[0][0]
         first.tracer.batch(first.stages[-1].stage, started, finished, size, cost, traced)
+
+
+def record_step(loop: str, traced: Mapping[int, Timing], joined: int, step: _Step) -> None:
+    """Trace one step, linked to the span of each traced stream it stepped.
+
+    Args:
+        loop: The step loop's name.
+        traced: The traced streams' records, by stream key.
+        joined: How many streams joined at this step.
+        step: The step's outcome: the keys of the streams stepped (or that failed
+            to join), when it started and finished (nothing ran: nothing is traced).
+    """
+    started, finished = step.started_s, step.finished_s
+    if started is None or finished is None:
+        return
+    keys = step.keys
+    timings = [traced[key] for key in keys if key in traced]
+    if timings:
+        timings[0].tracer.step(loop, started, finished, len(keys), joined, timings)
+
+
+class _Step(Protocol):
+    """What record_step reads of a :class:`~microbatch.stepping.StepDone`."""
+
+    @property
+    def keys(self) -> Sequence[int]: ...
+
+    @property
+    def started_s(self) -> float | None: ...
+
+    @property
+    def finished_s(self) -> float | None: ...

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ._batch_timing import record_step, traced_stream
 from .clock import Clock, MonotonicClock
 from .composition import BatchCostMode
 from .errors import BatcherClosed, ItemTooLarge, Overloaded
@@ -221,6 +222,7 @@ class StepLoop:
         self._closed = False
         self._idle: asyncio.Event | None = None
         self.recorder = StreamStatsRecorder()
+        self._traced: dict[int, Any] = {}  # key -> a traced stream's Timing (tracing.py)
 
     @property
     def load(self) -> int:
@@ -267,6 +269,7 @@ class StepLoop:
             self._replayed.pop(stream.key, None)
             self._costs.pop(stream.key, None)
             self._arrivals.pop(stream.key, None)
+            self._traced.pop(stream.key, None)
             if on_end is not None:
                 on_end(stream)
 
@@ -283,6 +286,9 @@ class StepLoop:
         if cost is not None:
             self._costs[channel.key] = cost
         self._arrivals[channel.key] = self._clock.now()
+        traced = traced_stream.get()
+        if traced is not None:  # each step that serves it links to its span
+            self._traced[channel.key] = traced
         self.recorder.opened += 1
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
@@ -322,6 +328,9 @@ class StepLoop:
                 except Exception as error:  # the states are gone
                     self._lost(error)
                     continue
+                if self._traced:  # some streams are traced: so is the step
+                    joined = len(job.join_keys)
+                    record_step(self.name, self._traced, joined, done)
                 self._deliver(done)
                 # The next step starts at once: while it runs (a worker thread or
                 # process), the callers read this one's chunks. A runner that

@@ -21,6 +21,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
+from ._batch_timing import traced_stream
 from .timing import Timing, accepts_timing
 
 __all__ = ["TracedStream", "Tracer", "available", "configure", "current_traceparent"]
@@ -203,12 +204,51 @@ class Tracer:
             )
             span.end(end_time=_epoch_ns(finished_s, offset))
 
+    def step(
+        self,
+        loop: str,
+        started_s: float,
+        finished_s: float,
+        size: int,
+        joined: int,
+        streams: Sequence[Timing],
+    ) -> None:
+        """One step's span (of step-wise batching), linked to the span of each traced
+        stream it stepped: the fan-in of one step serving many streams, as
+        :meth:`batch` for a batch.
+
+        Args:
+            loop: The step loop's name (e.g. ``stage 'generate'``).
+            started_s: When the step started (``time.monotonic()``).
+            finished_s: When it was done.
+            size: The streams stepped (or that failed to join).
+            joined: How many of them joined at this step.
+            streams: The traced streams' records among them.
+        """
+        offset = _offset_ns()
+        span = self._tracer.start_span(
+            f"step of {loop}",
+            context=trace.set_span_in_context(trace.INVALID_SPAN),  # a root of its own
+            links=[Link(t.span.get_span_context()) for t in streams],
+            attributes={
+                "microbatch.step_loop": loop,
+                "microbatch.step.size": size,
+                "microbatch.step.joined": joined,
+            },
+            start_time=_epoch_ns(started_s, offset),
+        )
+        span.end(end_time=_epoch_ns(finished_s, offset))
+
 
 class TracedStream:
     """One stream's span around its chunks: an event at the first chunk (with the
     wait for it: queued, then the first step), the number of chunks, and the end
     (complete, the stream's error, or ``client_left`` when the reader closed it
     early). The chunks pass through as they are, ``take_ready`` and ``aclose`` too.
+    While the stream is opened (and while a chunk is awaited: a pipeline opens its
+    step-wise stage's stream later), its record is the current
+    :data:`~microbatch._batch_timing.traced_stream`, so that the steps that serve it
+    link to its span (:meth:`Tracer.step`).
 
     Args:
         tracer: The tracer whose span it is.
@@ -225,11 +265,14 @@ class TracedStream:
     def open(self, stream: Callable[..., AsyncIterator[Any]], *args: Any, **options: Any) -> Any:
         """``stream(*args, **options)`` under the span; the span ends with the
         stream's error when opening it raises (refused: overload, shutdown)."""
+        token = traced_stream.set(self._timing)
         try:
             self._chunks = stream(*args, **options)
         except BaseException as error:
             self._end(error)
             raise
+        finally:
+            traced_stream.reset(token)
         return self
 
     def __aiter__(self) -> TracedStream:
@@ -237,6 +280,7 @@ class TracedStream:
 
     async def __anext__(self) -> Any:
         assert self._chunks is not None
+        token = traced_stream.set(self._timing)
         try:
             chunk = await self._chunks.__anext__()
         except StopAsyncIteration:
@@ -245,6 +289,8 @@ class TracedStream:
         except BaseException as error:
             self._end(error)
             raise
+        finally:
+            traced_stream.reset(token)
         self._counted(1)
         return chunk
 

@@ -1,20 +1,24 @@
 """Issue 19, traces of streams: a span per stream (``POST /stream``, a child of the
 caller's ``traceparent``) with an event at its first chunk, its number of chunks,
-and its end: complete, the stream's error, or refused before it started."""
+and its end: complete, the stream's error, or refused before it started; and a
+span per step of step-wise batching, linked to the spans of the streams it
+stepped (as a batch's span to its requests')."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from microbatch import Service, Stage
 from microbatch.http import HttpApp
 from tests.http.conftest import serving
-from tests.streams.models import Counter
+from tests.streams.models import Counter, Name
 from tests.timing.test_tracing import traceparent, tracer_to
 
 STREAMS = 6
@@ -106,3 +110,88 @@ async def test_a_refused_stream_ends_its_span_with_the_error(
     assert len(errors) == statuses.count(503)
     for span in errors:
         assert span.attributes is not None and span.attributes["microbatch.stream.chunks"] == 0
+
+
+async def collect(chunks: AsyncIterator[Any]) -> list[Any]:
+    """Every chunk of a stream."""
+    return [chunk async for chunk in chunks]
+
+
+STEP_SPAN = "step of stage 'Counter'"
+
+
+def step_links(spans: tuple[ReadableSpan, ...]) -> dict[int, int]:
+    """How many spans of the ``Counter`` stage's steps link to each span id; each
+    checked to be a root of its own that links to no more streams than it stepped."""
+    linked: dict[int, int] = {}
+    steps = [span for span in spans if span.name == STEP_SPAN]
+    assert steps
+    for step in steps:
+        assert step.parent is None  # it serves many traces
+        assert step.attributes is not None
+        assert step.attributes["microbatch.step_loop"] == "stage 'Counter'"
+        assert 1 <= len(step.links) <= step.attributes["microbatch.step.size"]
+        assert (
+            0
+            <= step.attributes["microbatch.step.joined"]
+            <= step.attributes["microbatch.step.size"]
+        )
+        assert step.start_time is not None and step.end_time is not None
+        assert step.start_time <= step.end_time
+        for link in step.links:
+            linked[link.context.span_id] = linked.get(link.context.span_id, 0) + 1
+    return linked
+
+
+async def test_each_step_is_a_span_linked_to_the_streams_it_stepped(
+    exporter: InMemorySpanExporter,
+) -> None:
+    sent = [traceparent(index) for index in range(STREAMS)]
+    async with serving(counter_app(exporter)) as client:
+        replies = await asyncio.wait_for(
+            asyncio.gather(
+                *(
+                    client.post(
+                        "/stream",
+                        json=f"s{index}:{index + 1}",
+                        headers={"accept": "application/x-ndjson", "traceparent": header},
+                    )
+                    for index, (header, _, _) in enumerate(sent)
+                )
+            ),
+            HANG_GUARD_S,
+        )
+    assert [reply.status_code for reply in replies] == [200] * STREAMS
+    spans = exporter.get_finished_spans()
+    linked = step_links(spans)
+    streams = {span.context.trace_id: span for span in spans if span.name == "POST /stream"}
+    for index, (_, trace_id, _) in enumerate(sent):
+        # "s{index}:{index + 1}" makes one chunk per step: index + 1 steps serve it
+        assert linked.pop(streams[trace_id].context.span_id) == index + 1
+    assert not linked  # the steps link to these streams only
+    joined = sum(
+        span.attributes["microbatch.step.joined"]
+        for span in spans
+        if span.name == STEP_SPAN and span.attributes is not None
+    )
+    assert joined == STREAMS
+
+
+async def test_a_pipelines_steps_link_to_its_streams_and_untraced_steps_make_no_span(
+    exporter: InMemorySpanExporter,
+) -> None:
+    pipeline = Service(Stage(Name, mode="thread"), Stage(Counter, mode="thread"))
+    async with serving(HttpApp(pipeline, tracer=tracer_to(exporter))) as client:
+        whole = await asyncio.wait_for(
+            client.post("/stream", json=3, headers={"accept": "application/x-ndjson"}),
+            HANG_GUARD_S,
+        )
+        assert whole.status_code == 200
+        spans = exporter.get_finished_spans()
+        (stream,) = [span for span in spans if span.name == "POST /stream"]
+        # the steps of the stage opened after the one-shot stage's batch link to it
+        assert step_links(spans) == {stream.context.span_id: 3}
+        exporter.clear()
+        chunks = await asyncio.wait_for(collect(pipeline.stream(2)), HANG_GUARD_S)  # untraced
+    assert chunks == ["item2-0", "item2-1"]
+    assert not [span for span in exporter.get_finished_spans() if span.name == STEP_SPAN]
