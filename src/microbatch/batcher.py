@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from ._deadlines import DeadlineWatch
 from ._inprocess import FunctionRunner, function_runner
@@ -33,7 +33,7 @@ from .stats import BatcherStats
 from .timing import Timing
 from .types import BatchDone, BatchJob, BatchRunner
 
-__all__ = ["Batcher"]
+__all__ = ["Batcher", "BeginsBatches"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -41,6 +41,17 @@ R = TypeVar("R")
 BatchFunction = (
     Callable[[list[Any]], Awaitable[Sequence[Any]]] | Callable[[list[Any]], Sequence[Any]]
 )
+
+
+@runtime_checkable
+class BeginsBatches(Protocol):
+    """A runner that can also hand over a batch without a task: ``begin`` sends it
+    now and calls ``on_done`` with the :class:`~microbatch.types.BatchDone` that
+    ``run`` would return, once, from the event loop, never from within ``begin``
+    (a process pool: the result is reported in the loop round it is read)."""
+
+    def begin(self, job: BatchJob, on_done: Callable[[BatchDone], None]) -> None:
+        """Hand ``job`` over; report how it went to ``on_done``."""
 
 
 class _Entry(Pending):
@@ -140,6 +151,10 @@ class Batcher(Generic[T, R]):
         else:
             ahead = True
         self._runner: BatchRunner = runner
+        # A runner that can start a batch without a task (see BeginsBatches).
+        self._begin: Callable[[BatchJob, Callable[[BatchDone], None]], None] | None = (
+            runner.begin if isinstance(runner, BeginsBatches) else None
+        )
         self._run_ahead = ahead if run_ahead is None else run_ahead
         self._queue = self._intake.queue
         self._state = self._intake.state
@@ -426,12 +441,16 @@ class Batcher(Generic[T, R]):
     def _release(self, now: float) -> None:
         batch, units = self._queue.take(now)
         self._handed[id(batch)] = units
+        if self._begin is not None:
+            # The runner sends the batch now and reports back from the loop: no task.
+            self._begin(self._job(batch, units), partial(self._ran, batch, now))
+            return
         task = asyncio.get_running_loop().create_task(self._run(batch, units, now))
         self._tasks.add(task)  # the loop keeps only a weak reference to tasks
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, batch: list[_Entry], units: int, released: float) -> None:
-        """Hand one batch to the runner and settle every future in it."""
+    def _job(self, batch: list[_Entry], units: int) -> BatchJob:
+        """The job a runner gets for ``batch`` (each entry learns its place in it)."""
         job = BatchJob(
             [entry.item for entry in batch],
             [entry.deadline for entry in batch],
@@ -440,6 +459,11 @@ class Batcher(Generic[T, R]):
         )
         for index, entry in enumerate(batch):
             entry.job, entry.index = job, index
+        return job
+
+    async def _run(self, batch: list[_Entry], units: int, released: float) -> None:
+        """Hand one batch to the runner and settle every future in it."""
+        job = self._job(batch, units)
         try:
             done = await self._runner.run(job)
         except BaseException as exc:
@@ -448,6 +472,17 @@ class Batcher(Generic[T, R]):
                 raise
         else:
             self._settle_batch(batch, done, released)
+        finally:
+            self._batch_done(batch)
+
+    def _ran(self, batch: list[_Entry], released: float, done: BatchDone) -> None:
+        """A batch handed over with the runner's ``begin`` is done: settle every
+        future in it."""
+        try:
+            self._settle_batch(batch, done, released)
+        except Exception as exc:
+            self._abort(batch, exc)
+            raise
         finally:
             self._batch_done(batch)
 
