@@ -326,13 +326,17 @@ class Batcher(Generic[T, R]):
         if self._may_release():
             if self._state.size >= self.config.max_batch_size:
                 self._dispatch()
-            elif not self._dispatch_soon:
+            else:
                 # Ask the policy once the loop has taken every request that came in
                 # with this one (the same round of I/O), not once per arrival, so the
                 # next batch holds the whole round.
-                self._dispatch_soon = True
-                loop.call_soon(self._dispatch_arrivals)
+                self._dispatch_at_round_end(loop)
         return entry
+
+    def _dispatch_at_round_end(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not self._dispatch_soon:
+            self._dispatch_soon = True
+            loop.call_soon(self._dispatch_arrivals)
 
     def _dispatch_arrivals(self) -> None:
         self._dispatch_soon = False
@@ -484,7 +488,10 @@ class Batcher(Generic[T, R]):
             self._abort(batch, exc)
             raise
         finally:
-            self._batch_done(batch)
+            # The runner reports as it reads the result, maybe before the requests
+            # read in the same round: the next batch waits for them (the callers
+            # are answered now all the same).
+            self._batch_done(batch, at_round_end=True)
 
     def _settle_batch(self, batch: list[_Entry], done: BatchDone, released: float) -> None:
         started, finished = done.started_s, done.finished_s
@@ -546,15 +553,19 @@ class Batcher(Generic[T, R]):
         for entry in batch:
             settle(entry.future, MicrobatchError(f"the batch was aborted: {error!r}"))
 
-    def _batch_done(self, batch: list[_Entry]) -> None:
-        """Free the batch's slot, whatever happened to it, and release what is next."""
+    def _batch_done(self, batch: list[_Entry], *, at_round_end: bool = False) -> None:
+        """Free the batch's slot, whatever happened to it, and release what is next
+        (now, or once the loop has taken this round's arrivals)."""
         for entry in batch:
             if entry.timer is not None:
                 entry.timer.cancel()
             entry.job = None  # no reference cycle through the job's wanted()
         self._state.finished(len(batch), self._now())
         del self._handed[id(batch)]
-        self._dispatch()
+        if at_round_end and self._state.count:
+            self._dispatch_at_round_end(asyncio.get_running_loop())
+        else:
+            self._dispatch()
         if not self._handed and self._all_done is not None:
             self._all_done.set()
 

@@ -73,18 +73,23 @@ async def test_a_full_batch_is_handed_over_from_the_submit_itself(clock: FakeClo
     assert (first.result(), second.result()) == (10, 20)
 
 
-async def test_a_report_frees_the_slot_and_begins_the_next_batch(clock: FakeClock) -> None:
+async def test_after_a_report_the_next_batch_takes_the_rounds_arrivals(clock: FakeClock) -> None:
     runner = BegunRunner()
     batcher: Batcher[int, int] = Batcher(
-        runner=runner, clock=clock, max_batch_size=1, max_concurrent_batches=1, run_ahead=False
+        runner=runner, clock=clock, max_batch_size=8, max_concurrent_batches=1, run_ahead=False
     )
-    futures = [batcher.submit_nowait(x) for x in range(2)]
+    futures = [batcher.submit_nowait(0)]
+    await settle()
+    futures += [batcher.submit_nowait(x) for x in (1, 2)]
     await settle()
     assert [job.items for job in runner.jobs] == [[0]]  # the one slot is busy
     runner.report(0)
-    assert [job.items for job in runner.jobs] == [[0], [1]]  # begun from the report
+    assert futures[0].result() == 0  # answered at once
+    futures.append(batcher.submit_nowait(3))  # read in the same round as the result
+    await asyncio.sleep(0)  # the end of that round
+    assert [job.items for job in runner.jobs] == [[0], [1, 2, 3]]
     runner.report(1)
-    assert [future.result() for future in futures] == [0, 10]
+    assert [future.result() for future in futures] == [0, 10, 20, 30]
 
 
 async def test_errors_in_a_report_fail_their_items_alone(clock: FakeClock) -> None:
