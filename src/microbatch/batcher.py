@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from ._deadlines import DeadlineWatch
 from ._inprocess import FunctionRunner, function_runner
@@ -33,7 +33,7 @@ from .stats import BatcherStats
 from .timing import Timing
 from .types import BatchDone, BatchJob, BatchRunner
 
-__all__ = ["Batcher"]
+__all__ = ["Batcher", "BeginsBatches"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -41,6 +41,17 @@ R = TypeVar("R")
 BatchFunction = (
     Callable[[list[Any]], Awaitable[Sequence[Any]]] | Callable[[list[Any]], Sequence[Any]]
 )
+
+
+@runtime_checkable
+class BeginsBatches(Protocol):
+    """A runner that can also hand over a batch without a task: ``begin`` sends it
+    now and calls ``on_done`` with the :class:`~microbatch.types.BatchDone` that
+    ``run`` would return, once, from the event loop, never from within ``begin``
+    (a process pool: the result is reported in the loop round it is read)."""
+
+    def begin(self, job: BatchJob, on_done: Callable[[BatchDone], None]) -> None:
+        """Hand ``job`` over; report how it went to ``on_done``."""
 
 
 class _Entry(Pending):
@@ -140,6 +151,10 @@ class Batcher(Generic[T, R]):
         else:
             ahead = True
         self._runner: BatchRunner = runner
+        # A runner that can start a batch without a task (see BeginsBatches).
+        self._begin: Callable[[BatchJob, Callable[[BatchDone], None]], None] | None = (
+            runner.begin if isinstance(runner, BeginsBatches) else None
+        )
         self._run_ahead = ahead if run_ahead is None else run_ahead
         self._queue = self._intake.queue
         self._state = self._intake.state
@@ -311,13 +326,17 @@ class Batcher(Generic[T, R]):
         if self._may_release():
             if self._state.size >= self.config.max_batch_size:
                 self._dispatch()
-            elif not self._dispatch_soon:
+            else:
                 # Ask the policy once the loop has taken every request that came in
                 # with this one (the same round of I/O), not once per arrival, so the
                 # next batch holds the whole round.
-                self._dispatch_soon = True
-                loop.call_soon(self._dispatch_arrivals)
+                self._dispatch_at_round_end(loop)
         return entry
+
+    def _dispatch_at_round_end(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not self._dispatch_soon:
+            self._dispatch_soon = True
+            loop.call_soon(self._dispatch_arrivals)
 
     def _dispatch_arrivals(self) -> None:
         self._dispatch_soon = False
@@ -426,12 +445,16 @@ class Batcher(Generic[T, R]):
     def _release(self, now: float) -> None:
         batch, units = self._queue.take(now)
         self._handed[id(batch)] = units
+        if self._begin is not None:
+            # The runner sends the batch now and reports back from the loop: no task.
+            self._begin(self._job(batch, units), partial(self._ran, batch, now))
+            return
         task = asyncio.get_running_loop().create_task(self._run(batch, units, now))
         self._tasks.add(task)  # the loop keeps only a weak reference to tasks
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, batch: list[_Entry], units: int, released: float) -> None:
-        """Hand one batch to the runner and settle every future in it."""
+    def _job(self, batch: list[_Entry], units: int) -> BatchJob:
+        """The job a runner gets for ``batch`` (each entry learns its place in it)."""
         job = BatchJob(
             [entry.item for entry in batch],
             [entry.deadline for entry in batch],
@@ -440,6 +463,11 @@ class Batcher(Generic[T, R]):
         )
         for index, entry in enumerate(batch):
             entry.job, entry.index = job, index
+        return job
+
+    async def _run(self, batch: list[_Entry], units: int, released: float) -> None:
+        """Hand one batch to the runner and settle every future in it."""
+        job = self._job(batch, units)
         try:
             done = await self._runner.run(job)
         except BaseException as exc:
@@ -450,6 +478,20 @@ class Batcher(Generic[T, R]):
             self._settle_batch(batch, done, released)
         finally:
             self._batch_done(batch)
+
+    def _ran(self, batch: list[_Entry], released: float, done: BatchDone) -> None:
+        """A batch handed over with the runner's ``begin`` is done: settle every
+        future in it."""
+        try:
+            self._settle_batch(batch, done, released)
+        except Exception as exc:
+            self._abort(batch, exc)
+            raise
+        finally:
+            # The runner reports as it reads the result, maybe before the requests
+            # read in the same round: the next batch waits for them (the callers
+            # are answered now all the same).
+            self._batch_done(batch, at_round_end=True)
 
     def _settle_batch(self, batch: list[_Entry], done: BatchDone, released: float) -> None:
         started, finished = done.started_s, done.finished_s
@@ -511,15 +553,19 @@ class Batcher(Generic[T, R]):
         for entry in batch:
             settle(entry.future, MicrobatchError(f"the batch was aborted: {error!r}"))
 
-    def _batch_done(self, batch: list[_Entry]) -> None:
-        """Free the batch's slot, whatever happened to it, and release what is next."""
+    def _batch_done(self, batch: list[_Entry], *, at_round_end: bool = False) -> None:
+        """Free the batch's slot, whatever happened to it, and release what is next
+        (now, or once the loop has taken this round's arrivals)."""
         for entry in batch:
             if entry.timer is not None:
                 entry.timer.cancel()
             entry.job = None  # no reference cycle through the job's wanted()
         self._state.finished(len(batch), self._now())
         del self._handed[id(batch)]
-        self._dispatch()
+        if at_round_end and self._state.count:
+            self._dispatch_at_round_end(asyncio.get_running_loop())
+        else:
+            self._dispatch()
         if not self._handed and self._all_done is not None:
             self._all_done.set()
 

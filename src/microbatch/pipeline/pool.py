@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 from functools import partial
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -79,6 +80,8 @@ class ProcessPool:
         self._restart_tasks: set[asyncio.Task[None]] = set()
         self._reaping: dict[BaseProcess, asyncio.Future[None]] = {}  # exiting workers
         self._warm_up_items: list[Any] | None = None  # known once warm_up() ran
+        # Batches handed over with begin(), not reported yet: how to report each.
+        self._reports: dict[Batch, Callable[[object], None]] = {}
 
     @property
     def restarts(self) -> int:
@@ -161,6 +164,38 @@ class ProcessPool:
         ItemError the model gave), and a dead worker or failed stage is every item's
         outcome, so the batcher does not split and run again what may not be run twice.
         """
+        batch = self._queue_job(job)
+        if isinstance(batch, BatchDone):
+            return batch
+        try:
+            await batch.future
+        except (WorkerDied, StageFailed):
+            pass
+        finally:
+            job.on_unwanted = None
+        return self._outcome(batch)
+
+    def begin(self, job: BatchJob, on_done: Callable[[BatchDone], None]) -> None:
+        """:meth:`run` without a task: send the batch now (when a worker has room)
+        and call ``on_done`` with what :meth:`run` would return, once, from the event
+        loop and never from within this call.
+
+        A result read from a worker is reported in the same loop round it is read
+        (the batcher then settles its callers' futures at once): a batch handed over
+        this way takes no task and no loop round each way.
+        """
+        batch = self._queue_job(job)
+        loop = asyncio.get_running_loop()
+        if isinstance(batch, BatchDone):
+            loop.call_soon(on_done, batch)
+            return
+        report = partial(self._report, batch, on_done)
+        self._reports[batch] = report
+        batch.future.add_done_callback(report)  # any other way the batch ends
+
+    def _queue_job(self, job: BatchJob) -> Batch | BatchDone:
+        """Queue ``job`` for a worker (and send it if one has room), or what it
+        comes to at once when no worker would take it."""
         count = len(job.items)
         if self._failed is not None:
             # A fresh error each time: raising one instance in every caller would
@@ -172,13 +207,41 @@ class ProcessPool:
         batch = Batch(job, asyncio.get_running_loop().create_future(), self.stage.idempotent)
         self._backlog.append(batch)
         self._pump()
+        return batch
+
+    def _outcome(self, batch: Batch) -> BatchDone:
+        """What a done batch comes to: its outcomes, or every item's WorkerDied or
+        StageFailed."""
+        future = batch.future
+        error = None if future.cancelled() else future.exception()
+        if future.cancelled() or error is not None:
+            if not isinstance(error, (WorkerDied, StageFailed)):
+                error = StageFailed(f"stage {self.stage.name!r}: the batch was lost: {error!r}")
+            return BatchDone([error] * len(batch.job.items))
+        return finished(batch, future.result(), self._rows)
+
+    def _report(self, batch: Batch, on_done: Callable[[BatchDone], None], _: object = None) -> None:
+        """Tell a started batch's caller how it went (once)."""
+        if self._reports.pop(batch, None) is None:
+            return  # reported already
+        batch.job.on_unwanted = None
+        on_done(self._outcome(batch))
+
+    def _ran(self, batch: Batch, ran: Ran) -> None:
+        """A worker's result for ``batch``: settle it, and report it now if it was
+        handed over with :meth:`begin` (rather than one loop round later)."""
+        report = self._reports.get(batch)
+        if report is None:
+            settle(batch.future, ran)
+            return
+        batch.future.remove_done_callback(report)
+        settle(batch.future, ran)
         try:
-            ran = await batch.future
-        except (WorkerDied, StageFailed) as exc:
-            return BatchDone([exc] * count)
-        finally:
-            job.on_unwanted = None
-        return finished(batch, ran, self._rows)
+            report(None)
+        except Exception as exc:  # the reader must go on reading
+            asyncio.get_running_loop().call_exception_handler(
+                {"message": "reporting a finished batch failed", "exception": exc}
+            )
 
     async def close(self) -> None:
         """Stop the workers: each finishes the batches it holds, then exits; one that
@@ -274,7 +337,7 @@ class ProcessPool:
                 self._copy_on_thread(worker, message, batch)
             else:
                 source = None if worker.arena is None else worker.arena.incoming(message.slot)
-                settle(batch.future, decoded(batch, message.times, lambda: message.decode(source)))
+                self._ran(batch, decoded(batch, message.times, lambda: message.decode(source)))
         if worker.serving and not self._closing:
             self._pump()
 
