@@ -20,6 +20,7 @@ from functools import partial
 from types import TracebackType
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
+from ._batch_timing import record_batch
 from ._deadlines import DeadlineWatch
 from ._inprocess import FunctionRunner, function_runner
 from ._intake import Intake, Part
@@ -504,7 +505,7 @@ class Batcher(Generic[T, R]):
         if len(outcomes) != len(batch):
             self._abort(batch, MicrobatchError(f"{len(outcomes)} outcomes for {len(batch)}"))
             return
-        timed: list[_Entry] | None = None
+        timed: list[tuple[Timing, float]] | None = None
         for entry, outcome in zip(batch, outcomes, strict=True):
             future = entry.future
             if future.done():
@@ -512,7 +513,7 @@ class Batcher(Generic[T, R]):
             if entry.timing is not None and started is not None and finished is not None:
                 if timed is None:
                     timed = []
-                timed.append(entry)
+                timed.append((entry.timing, entry.arrival))
             if isinstance(outcome, BaseException):
                 # A runner that left an item out at its deadline (by its own clock,
                 # a moment before the batcher's timer) answers it as expired.
@@ -527,27 +528,17 @@ class Batcher(Generic[T, R]):
             self._record_timings(timed, batch, done, released)
 
     def _record_timings(
-        self, timed: list[_Entry], batch: list[_Entry], done: BatchDone, released: float
+        self,
+        timed: list[tuple[Timing, float]],
+        batch: list[_Entry],
+        done: BatchDone,
+        released: float,
     ) -> None:
-        """Append this batch's part in each timed entry's request to its record, and
-        trace the batch when any of them is traced."""
-        started, finished = done.started_s, done.finished_s
-        assert started is not None and finished is not None
-        cost = None
-        if self.config.cost_fn is not None:
-            cost = sum(entry.cost for entry in batch)
+        """Append this batch's part to each timed request's record (and trace it)."""
+        assert done.started_s is not None and done.finished_s is not None
+        cost = sum(entry.cost for entry in batch) if self.config.cost_fn is not None else None
         size = done.units or sum(entry.size for entry in batch)
-        behind, model = max(started - released, 0.0), finished - started
-        traced = []
-        for entry in timed:
-            timing = entry.timing
-            assert timing is not None
-            timing.record(self.name, max(released - entry.arrival, 0.0), behind, model, size, cost)
-            if timing.span is not None:
-                traced.append((timing, entry.arrival))
-        if traced:
-            stage = traced[0][0].stages[-1].stage
-            traced[0][0].tracer.batch(stage, started, finished, size, cost, traced)
+        record_batch(self.name, timed, released, done.started_s, done.finished_s, size, cost)
 
     def _abort(self, batch: list[_Entry], error: BaseException) -> None:
         for entry in batch:
