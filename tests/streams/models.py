@@ -14,7 +14,8 @@ from microbatch import END, ItemError, Model, StepModel
 class Counter(StepModel):
     """Item ``"name:n"`` streams ``"name-0"`` ... ``"name-{n-1}"``; ``"name:n:fail@k"``
     fails at step ``k`` (raising: the step is bisected); ``"pid"`` streams the
-    worker's process id forever (until its caller leaves)."""
+    worker's process id forever (until its caller leaves), ``"wide"`` 16 KiB strings
+    forever (to fill socket buffers in few steps)."""
 
     gate: threading.Event | None = None  # tests may hold every step at this gate
     steps: list[list[str]] = []  # noqa: RUF012 - the names stepped, per step (thread mode)
@@ -22,8 +23,8 @@ class Counter(StepModel):
     def start(self, items: list[str]) -> list[list[Any]]:
         states = []
         for item in items:
-            if item == "pid":
-                states.append(["pid", 1 << 30, None, 0])
+            if item in ("pid", "wide"):
+                states.append([item, 1 << 30, None, 0])
                 continue
             name, length, *rest = item.split(":")
             fails_at = int(rest[0].removeprefix("fail@")) if rest else None
@@ -40,9 +41,18 @@ class Counter(StepModel):
         chunks: list[Any] = []
         for state in states:
             name, _, _, position = state
-            chunks.append(os.getpid() if name == "pid" else f"{name}-{position}")
+            chunks.append(_chunk(name, position))
             state[3] = position + 1
         return chunks, [state[3] >= state[1] for state in states]
+
+
+WIDE = "w" * 16384
+
+
+def _chunk(name: str, position: int) -> Any:
+    if name == "pid":
+        return os.getpid()
+    return WIDE if name == "wide" else f"{name}-{position}"
 
 
 class Lockstep(Model):
