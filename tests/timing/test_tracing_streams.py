@@ -46,26 +46,29 @@ def counter_app(exporter: InMemorySpanExporter, max_queue: int = 64) -> HttpApp:
     return HttpApp(service, tracer=tracer_to(exporter))
 
 
+def traced_streams(client: Any, sent: list[tuple[str, int, int]]) -> list[Any]:
+    """One stream request per ``traceparent`` in ``sent``: stream ``index`` is
+    ``"s{index}:{index + 1}"`` (index + 1 chunks, one per step)."""
+    return [
+        client.post(
+            "/stream",
+            json=f"s{index}:{index + 1}",
+            headers={"accept": "application/x-ndjson", "traceparent": header},
+        )
+        for index, (header, _, _) in enumerate(sent)
+    ]
+
+
 async def test_each_stream_is_a_span_under_its_callers_traceparent(
     exporter: InMemorySpanExporter,
 ) -> None:
     sent = [traceparent(index) for index in range(STREAMS)]
     async with serving(counter_app(exporter)) as client:
+        untraced = client.post(
+            "/stream", json="bad:3:fail@1", headers={"accept": "application/x-ndjson"}
+        )
         replies = await asyncio.wait_for(
-            asyncio.gather(
-                *(
-                    client.post(
-                        "/stream",
-                        json=f"s{index}:{index + 1}",
-                        headers={"accept": "application/x-ndjson", "traceparent": header},
-                    )
-                    for index, (header, _, _) in enumerate(sent)
-                ),
-                client.post(
-                    "/stream", json="bad:3:fail@1", headers={"accept": "application/x-ndjson"}
-                ),
-            ),
-            HANG_GUARD_S,
+            asyncio.gather(*traced_streams(client, sent), untraced), HANG_GUARD_S
         )
     assert [reply.status_code for reply in replies] == [200] * (STREAMS + 1)
     spans = [span for span in exporter.get_finished_spans() if span.name == "POST /stream"]
@@ -149,17 +152,7 @@ async def test_each_step_is_a_span_linked_to_the_streams_it_stepped(
     sent = [traceparent(index) for index in range(STREAMS)]
     async with serving(counter_app(exporter)) as client:
         replies = await asyncio.wait_for(
-            asyncio.gather(
-                *(
-                    client.post(
-                        "/stream",
-                        json=f"s{index}:{index + 1}",
-                        headers={"accept": "application/x-ndjson", "traceparent": header},
-                    )
-                    for index, (header, _, _) in enumerate(sent)
-                )
-            ),
-            HANG_GUARD_S,
+            asyncio.gather(*traced_streams(client, sent)), HANG_GUARD_S
         )
     assert [reply.status_code for reply in replies] == [200] * STREAMS
     spans = exporter.get_finished_spans()
