@@ -66,7 +66,7 @@ def test_the_interval_served_with() -> None:
     assert switch_interval_for([served.steps], 0.002) == 0.002
 
 
-def test_the_flag_reaches_the_settings_and_is_refused_under_workers() -> None:
+def test_the_flag_reaches_the_settings_and_is_refused_with_ray() -> None:
     target = "tests.serve.switch_interval_served:steps"
     options = parse(["serve", target, "--switch-interval-ms", "2"])
     assert serve_settings(options, [served.steps]).switch_interval_s == pytest.approx(0.002)
@@ -74,7 +74,7 @@ def test_the_flag_reaches_the_settings_and_is_refused_under_workers() -> None:
         STEP_THREAD_SWITCH_INTERVAL_S
     )
     with pytest.raises(SystemExit):
-        parse(["serve", target, "--workers", "2", "--switch-interval-ms", "2"])
+        parse(["serve", target, "--ray", "--switch-interval-ms", "2"])
 
 
 def _streamed(url: str) -> float:
@@ -86,8 +86,12 @@ def _streamed(url: str) -> float:
 
 @pytest.mark.parametrize(
     ("options", "expected"),
-    [((), STEP_THREAD_SWITCH_INTERVAL_S), (("--switch-interval-ms", "2"), 0.002)],
-    ids=["default", "flag"],
+    [
+        ((), STEP_THREAD_SWITCH_INTERVAL_S),
+        (("--switch-interval-ms", "2"), 0.002),
+        (("--workers", "2"), STEP_THREAD_SWITCH_INTERVAL_S),  # the hub steps
+    ],
+    ids=["default", "flag", "workers-hub"],
 )
 def test_a_served_step_runs_under_the_interval(options: tuple[str, ...], expected: float) -> None:
     with running(served.__name__ + ":steps", "--log-level", "warning", *options) as server:

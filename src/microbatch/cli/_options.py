@@ -209,8 +209,8 @@ SERVE = Command(
             "stage steps in a thread, so the step thread is not kept waiting; else "
             "Python's 5)",
             type=positive_float,
-            modes=frozenset({"plain"}),
-            refused="the hub process runs the stages there and keeps Python's interval",
+            modes=frozenset({"plain", "workers"}),
+            refused="Ray runs the replicas' processes",
         ),
         Option(
             ("--config",),

@@ -95,10 +95,10 @@ def run_serve(options: Parsed) -> int:
         print(f"microbatch serve: {error}", file=sys.stderr)
         return 2
     warn_if_open(options.host, config.auth_token)
+    settings = serve_settings(options, servables)
     if options.workers > 1:
-        settings = serve_settings(options)  # the hub keeps Python's switch interval
         return serve_workers(options.target, served, config, settings, options.workers)
-    return serve(app, serve_settings(options, servables))
+    return serve(app, settings)
 
 
 def _with_grpc(

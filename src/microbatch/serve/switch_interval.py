@@ -7,9 +7,9 @@ the event loop's thread. When the step thread wakes (its model let the GIL go: a
 sleep, a kernel) while the event loop runs Python (writing the last step's chunks,
 reading requests), it waits for the GIL until the loop's thread blocks or Python's
 switch interval passes: 5 ms by default, three steps of a 1.6 ms model. While it
-serves such a stage the server shortens the interval to
-:data:`STEP_THREAD_SWITCH_INTERVAL_S` (``--switch-interval-ms`` sets another), and
-gives Python's value back when it stops.
+serves such a stage the server (under ``--workers``, the hub process, where the
+stages run) shortens the interval to :data:`STEP_THREAD_SWITCH_INTERVAL_S`
+(``--switch-interval-ms`` sets another), and gives Python's value back when it stops.
 """
 
 from __future__ import annotations
