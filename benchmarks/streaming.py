@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import uvloop
 
@@ -316,26 +316,27 @@ HTTP_CONTENDERS = [
 
 
 async def http_stream(
-    address: tuple[str, int], contender: HttpContender, length: int
+    address: tuple[str, int], contender: HttpContender, length: int, client: _Client
 ) -> tuple[float, float, int]:
-    """POST one stream of ``length`` chunks; (first chunk s, total s, chunks). Each
-    chunk carries one ``@`` whatever the framing (SSE, NDJSON, plain lines), counted
-    as the bytes arrive by a bare protocol (no reader, no future per read: the
-    client's own CPU time weighs on what it measures, on a shared machine)."""
-    loop = asyncio.get_running_loop()
+    """POST one stream of ``length`` chunks on ``client``'s connection; (first chunk
+    s, total s, chunks). Each chunk carries one ``@`` whatever the framing (SSE,
+    NDJSON, plain lines), counted as the bytes arrive by a bare protocol (no reader,
+    no future per read: the client's own CPU time weighs on what it measures, on a
+    shared machine)."""
     path, body = contender.path, contender.body(length)
     opened = time.perf_counter()
-    transport, counter = await loop.create_connection(_ChunkCounter, *address)
-    transport.write(
+    counter = await client.connection(address)
+    response = counter.expect()
+    counter.transport.write(
         f"POST {path} HTTP/1.1\r\nHost: {address[0]}:{address[1]}\r\n"
         f"Content-Type: application/json\r\nAccept: application/x-ndjson\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        f"Content-Length: {len(body)}\r\n{client.connection_header}\r\n".encode()
         + body
     )
     try:
-        await counter.closed
+        await response
     finally:
-        transport.close()
+        client.done(counter)
     if not counter.head.startswith(b"HTTP/1.1 200"):
         raise RuntimeError(f"{path}: {counter.head.splitlines()[:1]!r}")
     if counter.chunks != length or counter.first is None:
@@ -343,16 +344,66 @@ async def http_stream(
     return counter.first - opened, time.perf_counter() - opened, counter.chunks
 
 
-class _ChunkCounter(asyncio.Protocol):
-    """One response read to its end (the server closes): its head, then ``@``s
-    counted, and when the first came."""
+class _Client:
+    """One client's connection: a new one per stream (``Connection: close``, the
+    default), or, with ``keep_alive``, one kept open and reused for the client's
+    next stream (as a pooled client like httpx or openai's does)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_alive: bool) -> None:
+        self.keep_alive = keep_alive
+        self.connection_header = "" if keep_alive else "Connection: close\r\n"
+        self._kept: _ChunkCounter | None = None
+
+    async def connection(self, address: tuple[str, int]) -> _ChunkCounter:
+        """The kept connection if it is still open, else a new one."""
+        kept, self._kept = self._kept, None
+        if kept is not None and not kept.lost:
+            return kept
+        loop = asyncio.get_running_loop()
+        _, counter = await loop.create_connection(lambda: _ChunkCounter(self.keep_alive), *address)
+        return counter
+
+    def done(self, counter: _ChunkCounter) -> None:
+        """The response is over: keep its connection for the next one, or close it."""
+        if self.keep_alive and not counter.lost:
+            self._kept = counter
+        else:
+            counter.transport.close()
+
+    def close(self) -> None:
+        """Close the kept connection."""
+        if self._kept is not None:
+            self._kept.transport.close()
+            self._kept = None
+
+
+_LAST_CHUNK = b"\r\n0\r\n\r\n"
+"""How a chunked body ends (the CRLF before it ends the last data chunk, or the head)."""
+
+
+class _ChunkCounter(asyncio.Protocol):
+    """Responses read to their end (the server closes, or with ``keep_alive`` the
+    chunked body's last chunk): each one's head, then ``@``s counted, and when the
+    first came."""
+
+    def __init__(self, keep_alive: bool = False) -> None:
+        self.keep_alive = keep_alive
+        self.transport: asyncio.Transport
+        self.lost = False
+        self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's: not a subclass
+
+    def expect(self) -> asyncio.Future[None]:
+        """Start counting the next response; done when it ended."""
         self.head = b""
         self._in_head = True
+        self._tail = b""
         self.chunks = 0
         self.first: float | None = None
-        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.ended = asyncio.get_running_loop().create_future()
+        return self.ended
 
     def data_received(self, data: bytes) -> None:
         if self._in_head:
@@ -362,28 +413,47 @@ class _ChunkCounter(asyncio.Protocol):
                 return
             self._in_head = False
             data, self.head = self.head[end + 4 :], self.head[: end + 4]
+            if self.keep_alive and b"transfer-encoding: chunked" not in self.head.lower():
+                self.ended.set_exception(RuntimeError("keep-alive needs a chunked response"))
+                self.transport.close()
+                return
+            self._tail = b"\r\n"
         found = data.count(b"@")
         if found and self.first is None:
             self.first = time.perf_counter()
         self.chunks += found
+        if self.keep_alive:
+            self._tail = (self._tail + data)[-len(_LAST_CHUNK) :]
+            if self._tail == _LAST_CHUNK and not self.ended.done():
+                self.ended.set_result(None)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if not self.closed.done():
-            self.closed.set_result(None)
+        self.lost = True
+        if not self.ended.done():
+            self.ended.set_result(None)
 
 
 async def http_run(
-    address: tuple[str, int], contender: HttpContender, concurrency: int, work: list[int]
+    address: tuple[str, int],
+    contender: HttpContender,
+    concurrency: int,
+    work: list[int],
+    keep_alive: bool = False,
 ) -> dict[str, Any]:
-    """Stream every length in ``work`` with ``concurrency`` clients."""
+    """Stream every length in ``work`` with ``concurrency`` clients, each on a new
+    connection per stream or (``keep_alive``) on one connection it reuses."""
     records: list[tuple[int, float, float]] = []
     queue = list(reversed(work))
 
     async def client() -> None:
-        while queue:
-            length = queue.pop()
-            first, total, _ = await http_stream(address, contender, length)
-            records.append((length, first, total))
+        own = _Client(keep_alive)
+        try:
+            while queue:
+                length = queue.pop()
+                first, total, _ = await http_stream(address, contender, length, own)
+                records.append((length, first, total))
+        finally:
+            own.close()
 
     started = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(concurrency)))
@@ -401,9 +471,11 @@ def run_http(
     logs: Path,
     only: list[str] | None = None,
     client_loop: str = "uvloop",
+    keep_alive: bool = False,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Every HTTP contender (or those whose label starts with one of ``only``) at
-    every level, the client on ``client_loop``; (figures, versions)."""
+    every level, the client on ``client_loop``, each client on a new connection per
+    stream or (``keep_alive``) on one it reuses; (figures, versions)."""
     run_client = CLIENT_LOOPS[client_loop]
     results: dict[str, Any] = {}
     seen: dict[str, str] = {}
@@ -423,7 +495,7 @@ def run_http(
             run_client(http_run(address, contender, 4, [3] * 8))  # warm-up
             for concurrency in levels:
                 work = lengths(rounds * concurrency, seed=concurrency)
-                figures = run_client(http_run(address, contender, concurrency, work))
+                figures = run_client(http_run(address, contender, concurrency, work, keep_alive))
                 figures["stepwise"] = contender.stepwise
                 results[f"{contender.label} @ {concurrency}"] = figures
                 print(f"{contender.label:40} @ {concurrency:3}: {_rounded(figures)}", flush=True)
@@ -517,6 +589,7 @@ def report(
     http: dict[str, Any],
     seen: dict[str, str],
     levels: list[int],
+    kept_alive: dict[str, Any] | None = None,
 ) -> str:
     step_ms = 1000 * step_time_s(MAX_ACTIVE)
     lines = [
@@ -560,6 +633,21 @@ def report(
             *table(http),
             "",
             *targets(http, "microbatch step-wise (HTTP, NDJSON)", 64, step_ms),
+        ]
+    if kept_alive:
+        lines += [
+            "## Over HTTP, connections kept alive (`--connections both`)",
+            "",
+            "The same client for every contender, each of its clients reusing one"
+            " connection for its next stream (as pooled clients like httpx do) instead"
+            " of a new connection per stream.",
+            "",
+            *table(kept_alive),
+            "",
+            *targets(kept_alive, "microbatch step-wise (HTTP, NDJSON)", 64, step_ms),
+        ]
+    if http or kept_alive:
+        lines += [
             "Versions:",
             "",
             *(f"- {label}: {text}" for label, text in seen.items()),
@@ -578,17 +666,39 @@ if __name__ == "__main__":
     parser.add_argument(
         "--client-loop", choices=sorted(CLIENT_LOOPS), default="uvloop", help="the client's loop"
     )
+    parser.add_argument(
+        "--connections",
+        choices=["new", "kept", "both"],
+        default="new",
+        help="a new connection per stream (the default), kept alive and reused, or both",
+    )
     args = parser.parse_args()
     inproc = asyncio.run(run_in_process(args.rounds, args.levels))
     generative = {} if args.no_generative else asyncio.run(run_generative(2, args.levels))
-    http, seen = ({}, {})
-    if not args.no_http:
-        http, seen = run_http(
-            args.rounds, args.levels, RESULTS / "logs", args.http_only, args.client_loop
+    http: dict[str, Any] = {}
+    kept: dict[str, Any] = {}
+    seen: dict[str, str] = {}
+    for keep_alive, into in ((False, http), (True, kept)):
+        if args.no_http or args.connections == ("new", "kept")[not keep_alive]:
+            continue
+        figures, seen = run_http(
+            args.rounds,
+            args.levels,
+            RESULTS / "logs",
+            args.http_only,
+            args.client_loop,
+            keep_alive,
         )
+        into.update(figures)
     RESULTS.mkdir(exist_ok=True)
-    payload = {"in_process": inproc, "generative": generative, "http": http, "versions": seen}
+    payload = {
+        "in_process": inproc,
+        "generative": generative,
+        "http": http,
+        "http_keep_alive": kept,
+        "versions": seen,
+    }
     (RESULTS / "streaming.json").write_text(json.dumps(payload, indent=2))
-    text = report(inproc, generative, http, seen, args.levels)
+    text = report(inproc, generative, http, seen, args.levels, kept)
     (RESULTS / "streaming.md").write_text(text + "\n")
     print(text)

@@ -204,6 +204,15 @@ SERVE = Command(
             refused="Ray Serve drains its own replicas",
         ),
         Option(
+            ("--switch-interval-ms",),
+            "the interpreter's GIL switch interval while serving (default: 0.5 when a "
+            "stage steps in a thread, so the step thread is not kept waiting; else "
+            "Python's 5)",
+            type=positive_float,
+            modes=frozenset({"plain", "workers"}),
+            refused="Ray runs the replicas' processes",
+        ),
+        Option(
             ("--config",),
             "read settings from this TOML file: flag > environment > file > code",
             metavar="FILE",

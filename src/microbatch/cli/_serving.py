@@ -17,6 +17,7 @@ from ..logs import LogFormat
 from ..logs import configure as configure_logs
 from ..serve._workers import serve_workers
 from ..serve.server import ServeSettings, serve
+from ..serve.switch_interval import switch_interval_for
 from ..types import Servable
 from ._config import apply_stage_settings
 from ._options import Parsed
@@ -45,8 +46,10 @@ def http_config(options: Parsed) -> HttpConfig:
     )
 
 
-def serve_settings(options: Parsed) -> ServeSettings:
-    """How microbatch's own HTTP server listens and shuts down."""
+def serve_settings(options: Parsed, servables: Sequence[object] = ()) -> ServeSettings:
+    """How microbatch's own HTTP server listens and shuts down (and, for
+    ``servables`` that step in a thread, its switch interval)."""
+    asked = options.switch_interval_ms
     return ServeSettings(
         host=options.host,
         port=options.port,
@@ -58,6 +61,7 @@ def serve_settings(options: Parsed) -> ServeSettings:
         log_level=options.log_level,
         log_format=options.log_format,
         drain_delay_s=options.drain_delay_s,
+        switch_interval_s=switch_interval_for(servables, None if asked is None else asked / 1000.0),
     )
 
 
@@ -91,7 +95,7 @@ def run_serve(options: Parsed) -> int:
         print(f"microbatch serve: {error}", file=sys.stderr)
         return 2
     warn_if_open(options.host, config.auth_token)
-    settings = serve_settings(options)
+    settings = serve_settings(options, servables)
     if options.workers > 1:
         return serve_workers(options.target, served, config, settings, options.workers)
     return serve(app, settings)

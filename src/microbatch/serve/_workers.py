@@ -17,6 +17,7 @@ hub exits 0.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -38,6 +39,7 @@ from ..types import Servable, StreamingServable
 from .front import RelayTarget
 from .hub import Hub
 from .server import ServeSettings, bind, listen_url, quiet_garbage_collector, serve
+from .switch_interval import switch_interval
 
 if TYPE_CHECKING:
     from ..tracing import Tracer
@@ -63,7 +65,7 @@ def serve_workers(
     """
     sock = bind(settings.host, settings.port)
     sock.listen(_LISTEN_BACKLOG)
-    with sock:
+    with sock, switch_interval(settings.switch_interval_s):  # the hub steps the stages
         hub = _HubProcess(spec, as_servable(served), config, settings, workers, sock)
         return uvloop.run(hub.run())
 
@@ -93,7 +95,8 @@ def run_front(
     )
     app = HttpApp(target, config)
     target.requests = app.metrics.requests
-    serve(app, settings, sock=listener, announce=False)
+    no_steps = dataclasses.replace(settings, switch_interval_s=None)  # no step thread here
+    serve(app, no_steps, sock=listener, announce=False)
 
 
 def _stream_bound(local: Servable[Any, Any]) -> int:

@@ -24,6 +24,7 @@ from ..http.predict import Predictor
 from .drain import ShutdownSequence
 from .http_front import ConnectionLimits, Front
 from .lifespan import Lifespan, LifespanFailed
+from .switch_interval import switch_interval
 
 __all__ = ["ServeSettings", "ServedApp", "bind", "listen_url", "serve"]
 
@@ -50,6 +51,8 @@ class ServeSettings:
         log_format: ``text`` or ``json`` (see :mod:`microbatch.logs`).
         drain_delay_s: On SIGTERM, readiness answers 503 at once and requests are
             still served for this long before the graceful shutdown begins.
+        switch_interval_s: The interpreter's switch interval while serving (None:
+            Python's own; see :mod:`.switch_interval`).
     """
 
     host: str = "127.0.0.1"
@@ -62,6 +65,7 @@ class ServeSettings:
     log_level: str = "info"
     log_format: str = "text"
     drain_delay_s: float = 0.0
+    switch_interval_s: float | None = None
 
 
 class ServedApp(Protocol):
@@ -131,7 +135,7 @@ def serve(
     """
     if sock is None:
         sock = bind(settings.host, settings.port)
-    with sock:
+    with sock, switch_interval(settings.switch_interval_s):
         return uvloop.run(_serve(app, settings, sock, announce))
 
 
