@@ -505,14 +505,13 @@ class Batcher(Generic[T, R]):
         if len(outcomes) != len(batch):
             self._abort(batch, MicrobatchError(f"{len(outcomes)} outcomes for {len(batch)}"))
             return
-        timed: list[tuple[Timing, float]] | None = None
+        ran = started is not None and finished is not None  # else nothing to record
+        timed: list[tuple[Timing, float]] = []
         for entry, outcome in zip(batch, outcomes, strict=True):
             future = entry.future
             if future.done():
                 continue
-            if entry.timing is not None and started is not None and finished is not None:
-                if timed is None:
-                    timed = []
+            if ran and entry.timing is not None:
                 timed.append((entry.timing, entry.arrival))
             if isinstance(outcome, BaseException):
                 # A runner that left an item out at its deadline (by its own clock,
@@ -524,7 +523,7 @@ class Batcher(Generic[T, R]):
                 future.set_exception(outcome)
             else:
                 future.set_result(outcome)
-        if timed is not None:  # the futures' callbacks run later: in time to read it
+        if timed:  # the futures' callbacks run later: in time to read it
             self._record_timings(timed, batch, done, released)
 
     def _record_timings(
