@@ -1,10 +1,10 @@
 """Accepting connections: every pending one on each wake-up (:class:`Acceptor`).
 
-uvloop's own server (libuv) takes about one connection from the listening socket
-per turn of a busy loop: 256 clients connecting at once to a loaded server waited
-in the kernel's accept queue up to 0.8 s, and their first requests with them (the
-p99 tail at 256 connections, benchmarks/results/http_front.md section 8). The
-acceptor drains the accept queue whenever the socket is readable, as asyncio's own
+Under load, uvloop's own server (libuv) drained the listening socket's accept queue
+slowly (measured: about 4 connections per 25 ms): 256 clients connecting at once to
+a busy server waited there up to 0.8 s, and their first requests with them (the p99
+tail at 256 connections, benchmarks/results/http_front.md section 8). The acceptor
+takes every pending connection whenever the socket is readable, as asyncio's own
 selector loop does, and hands each socket to the loop as a transport.
 """
 
