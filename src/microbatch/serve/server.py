@@ -21,6 +21,7 @@ import uvloop
 
 from ..http.asgi import Receive, Scope, Send
 from ..http.predict import Predictor
+from .acceptor import Acceptor
 from .drain import ShutdownSequence
 from .http_front import ConnectionLimits, Front
 from .lifespan import Lifespan, LifespanFailed
@@ -180,7 +181,7 @@ async def _serve(
         loop.add_signal_handler(number, on_signal, number)
     try:
         sock.listen(2048)
-        server = await loop.create_server(front, sock=sock, backlog=2048)
+        acceptor = Acceptor(sock, front, loop)
         quiet_garbage_collector()
         if announce:
             print(f"microbatch serving on {listen_url(settings.host, sock)}", flush=True)
@@ -190,7 +191,7 @@ async def _serve(
             len(front.connections),
             settings.graceful_timeout_s,
         )
-        server.close()
+        acceptor.close()
         front.shut_down()
         try:
             await asyncio.wait_for(front.wait_closed(), settings.graceful_timeout_s)
@@ -199,7 +200,6 @@ async def _serve(
                 "%d connections still open after the graceful timeout", len(front.connections)
             )
             front.close_all()
-        await server.wait_closed()
     finally:
         for number in signals:
             loop.remove_signal_handler(number)
