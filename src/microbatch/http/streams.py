@@ -128,6 +128,10 @@ _BY_MEDIA_TYPE = {
 }
 
 
+_FRAMING_BY_ACCEPT: dict[bytes, Framing] = {}
+_MAX_REMEMBERED_ACCEPTS = 64  # clients send few distinct values: most streams hit
+
+
 def framing_for_accept(accept: bytes | None) -> Framing:
     """The framing ``Accept`` asks for first; SSE without ``Accept`` or for ``*/*``.
 
@@ -136,6 +140,18 @@ def framing_for_accept(accept: bytes | None) -> Framing:
     """
     if accept is None:
         return SSE
+    if type(accept) is not bytes:  # unhashable (a bytearray): not remembered
+        return _negotiate(bytes(accept))
+    framing = _FRAMING_BY_ACCEPT.get(accept)
+    if framing is None:
+        framing = _negotiate(accept)
+        if len(_FRAMING_BY_ACCEPT) < _MAX_REMEMBERED_ACCEPTS:
+            _FRAMING_BY_ACCEPT[accept] = framing
+    return framing
+
+
+def _negotiate(accept: bytes) -> Framing:
+    """The first framing ``accept`` names (see :func:`framing_for_accept`)."""
     for media_range in accept.split(b","):
         media_type = media_range.split(b";", 1)[0].strip().lower()
         framing = _BY_MEDIA_TYPE.get(media_type)

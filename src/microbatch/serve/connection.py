@@ -82,7 +82,9 @@ class HttpConnection(FastPath):
             transport.close()
             return
         front.connections.add(self)
-        peer = transport.get_extra_info("peername")
+        # Asked once per connection (each is a system call): every request's scope has them.
+        self._sockname = transport.get_extra_info("sockname")
+        peer = self._peername = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self._client = f"{peer[0]}:{peer[1]}"
         self._await_request()
@@ -351,15 +353,13 @@ class HttpConnection(FastPath):
     # -- the ASGI path -----------------------------------------------------------
 
     def _start_asgi(self, method: bytes, path: bytes, query: bytes) -> None:
-        transport = self._transport
-        assert transport is not None
         head_only = method == b"HEAD"
         scope = {
             "type": "http",
             "asgi": _ASGI,
             "http_version": "1.0" if self._http10 else "1.1",
-            "server": transport.get_extra_info("sockname"),
-            "client": transport.get_extra_info("peername"),
+            "server": self._sockname,
+            "client": self._peername,
             "scheme": "http",
             "method": "GET" if head_only else method.decode("ascii"),
             "root_path": "",
@@ -375,12 +375,9 @@ class HttpConnection(FastPath):
         cycle = self._cycle = AsgiCycle(self, scope, head_only, self._connection_line())
         if self._remaining != 0 and self._continue:
             self._write(CONTINUE)
+        # A finished task stays referred to until the next request or the close
+        # (connection_lost cancels only one still running): no done callback per request.
         self._task = self._loop.create_task(cycle.run(self._front.app))
-        self._task.add_done_callback(self._asgi_done)
-
-    def _asgi_done(self, task: asyncio.Task[None]) -> None:
-        if self._task is task:
-            self._task = None
 
     def _register_disconnect(self, callback: Callable[[], None]) -> None:
         cycle = self._cycle

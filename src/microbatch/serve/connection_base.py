@@ -77,6 +77,8 @@ class ConnectionBase(asyncio.Protocol):
         self._started = 0.0
         self._request_id = ""
         self._client = "-"
+        self._sockname: Any = None  # the transport's addresses, once connected
+        self._peername: Any = None
         self._task: asyncio.Task[None] | None = None
         self._pending: asyncio.Future[Any] | None = None  # a queued item's result
         self._encoder: Codec = JSON
