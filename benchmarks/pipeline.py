@@ -19,7 +19,7 @@ copies slot to slot, only the caller copies out). Then ``ProcessPool.run`` with 
 item (the array), with and without the arena. The caller owns its result.
 
 Table 2b, the same ``ProcessPool.run`` round trip with the arena, the result copied
-out on the event loop vs on a thread (``pool._COPY_ON_THREAD_BYTES``): the round
+out on the event loop vs on a thread (``dispatch._COPY_ON_THREAD_BYTES``): the round
 trip, and how long the loop spent in one result's receive (median, max).
 
 Table 3, the simulated accelerator (``time.sleep(0.002 + 0.00002 * n)``, max batch 64,

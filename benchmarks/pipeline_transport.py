@@ -27,7 +27,7 @@ import numpy as np
 from loadgen import atime_blocks
 from microbatch import BatchConfig, Model, Stage
 from microbatch.pipeline import ProcessPool
-from microbatch.pipeline import pool as pool_module
+from microbatch.pipeline import dispatch as dispatch_module
 from microbatch.pipeline import processes as processes_module
 from microbatch.pipeline.arena import Arena
 from microbatch.pipeline.transport import read_message, receive, send
@@ -304,7 +304,7 @@ class TimedPool(ProcessPool):
 async def table_receive(sizes: list[int], budget_s: float, blocks: int) -> dict[str, Any]:
     """Table 2b: a result copied out on the event loop vs on a thread."""
     rows: dict[str, dict[str, float]] = {}
-    default = pool_module._COPY_ON_THREAD_BYTES
+    default = dispatch_module._COPY_ON_THREAD_BYTES
     stage = Stage(Identity, batching=BatchConfig(max_batch_size=BATCH))
     async with running_pool(True, TimedPool(stage)) as pool:
         assert isinstance(pool, TimedPool)
@@ -319,7 +319,7 @@ async def table_receive(sizes: list[int], budget_s: float, blocks: int) -> dict[
             receive: dict[str, list[float]] = {"loop": [], "thread": []}
             for _ in range(blocks):
                 for where in samples:
-                    pool_module._COPY_ON_THREAD_BYTES = 0 if where == "thread" else 1 << 62
+                    dispatch_module._COPY_ON_THREAD_BYTES = 0 if where == "thread" else 1 << 62
                     gc.collect()
                     pool.receive_s.clear()
                     begin = time.perf_counter()
@@ -327,7 +327,7 @@ async def table_receive(sizes: list[int], budget_s: float, blocks: int) -> dict[
                         await trip()
                     samples[where].append((time.perf_counter() - begin) / calls)
                     receive[where].extend(pool.receive_s)
-            pool_module._COPY_ON_THREAD_BYTES = default
+            dispatch_module._COPY_ON_THREAD_BYTES = default
             row: dict[str, float] = {}
             for where in samples:
                 row[f"round trip, copy on {where}"] = statistics.median(samples[where]) * 1e3

@@ -8,6 +8,10 @@ While every slot is busy the queue keeps filling, so batches grow under load.
 Every batch goes one way: to a :class:`~microbatch.types.BatchRunner` (worker
 processes, threads, or the user's function wrapped in an in-process runner), which
 reports when the batch really started and ended; the policy learns from that.
+
+This module is the callers' side (submitting, admission, cancellation, deadlines,
+closing); releasing batches and settling them is its base class's (``_release.py``),
+the queued entries are ``_entries.py``'s.
 """
 
 from __future__ import annotations
@@ -20,14 +24,14 @@ from functools import partial
 from types import TracebackType
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
-from ._batch_timing import record_batch
 from ._deadlines import DeadlineWatch
+from ._entries import Entry as _Entry
 from ._inprocess import FunctionRunner, function_runner
 from ._intake import Intake, Part
-from ._queue import Pending
+from ._release import BatchRelease
 from .clock import Clock, MonotonicClock, Timer
 from .config import BatchConfig
-from .errors import BatcherClosed, DeadlineExceeded, MicrobatchError
+from .errors import BatcherClosed, DeadlineExceeded
 from .execution import settle
 from .policy import Policy
 from .stats import BatcherStats
@@ -55,36 +59,7 @@ class BeginsBatches(Protocol):
         """Hand ``job`` over; report how it went to ``on_done``."""
 
 
-class _Entry(Pending):
-    """One queued item, its deadline and the future its caller awaits."""
-
-    __slots__ = ("deadline", "future", "index", "item", "job", "timer", "timing")
-
-    def __init__(
-        self,
-        item: Any,
-        size: int,
-        arrival: float,
-        future: asyncio.Future[Any],
-        deadline: float | None,
-    ) -> None:
-        super().__init__(size, arrival)
-        self.item = item
-        self.future = future
-        self.deadline = deadline
-        self.timer: Timer | None = None
-        self.job: BatchJob | None = None  # while its batch is at the runner
-        self.index = 0  # its place in that batch
-        self.timing: Timing | None = None  # the caller's record, when it wants one
-
-    def unwanted(self) -> None:
-        """Tell the runner holding this entry's batch that nobody waits for it."""
-        job = self.job
-        if job is not None and job.on_unwanted is not None:
-            job.on_unwanted(self.index)
-
-
-class Batcher(Generic[T, R]):
+class Batcher(BatchRelease, Generic[T, R]):
     """Gathers items submitted by asyncio callers into batches.
 
     Give it either a batch function or a runner. ``fn`` takes a list of items and
@@ -334,15 +309,6 @@ class Batcher(Generic[T, R]):
                 self._dispatch_at_round_end(loop)
         return entry
 
-    def _dispatch_at_round_end(self, loop: asyncio.AbstractEventLoop) -> None:
-        if not self._dispatch_soon:
-            self._dispatch_soon = True
-            loop.call_soon(self._dispatch_arrivals)
-
-    def _dispatch_arrivals(self) -> None:
-        self._dispatch_soon = False
-        self._dispatch()
-
     async def _submit_parts(
         self, parts: list[Part], deadline: float | None, timing: Timing | None
     ) -> Any:
@@ -399,170 +365,6 @@ class Batcher(Generic[T, R]):
             entry.timer.cancel()
             entry.timer = None
         self._queue.drop(entry)
-
-    # -- dispatch ----------------------------------------------------------------
-
-    def _may_release(self) -> bool:
-        """A slot is free, or a batch may be handed over to wait for a running one
-        (at most one per slot: the runner then starts it the moment one finishes,
-        which keeps a saturated model busy back to back)."""
-        handed = len(self._handed)
-        return handed < self._slots or (self._run_ahead and handed < 2 * self._slots)
-
-    def _dispatch(self, now: float | None = None) -> None:
-        """Release batches while a slot is free and the policy says go."""
-        queue, state = self._queue, self._state
-        while state.count and self._may_release():
-            queue.head()
-            clock_now = self._now()
-            now = clock_now if now is None or clock_now > now else now
-            if not self._intake.closing:
-                state.behind = len(self._handed) >= self._slots
-                if state.behind:
-                    # The runner owns the ledger of running batches; the size is that
-                    # of the oldest batch handed over, the one running longest.
-                    since = self._runner.running_since()
-                    state.running_since_s = now if since is None else since
-                    state.running_size = next(iter(self._handed.values()))
-                at = self._policy.release_at(state, now)
-                if at > now:
-                    self._wake_at(at)
-                    return
-            self._release(now)
-            now = None
-
-    def _wake_at(self, at: float) -> None:
-        if self._timer is not None:
-            if self._timer_at <= at:
-                return  # an earlier wake-up will ask the policy again
-            self._timer.cancel()
-        self._timer_at = at
-        self._timer = self._clock.call_at(at, self._on_timer)
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._dispatch(self._timer_at)
-
-    def _release(self, now: float) -> None:
-        batch, units = self._queue.take(now)
-        self._handed[id(batch)] = units
-        if self._begin is not None:
-            # The runner sends the batch now and reports back from the loop: no task.
-            self._begin(self._job(batch, units), partial(self._ran, batch, now))
-            return
-        task = asyncio.get_running_loop().create_task(self._run(batch, units, now))
-        self._tasks.add(task)  # the loop keeps only a weak reference to tasks
-        task.add_done_callback(self._tasks.discard)
-
-    def _job(self, batch: list[_Entry], units: int) -> BatchJob:
-        """The job a runner gets for ``batch`` (each entry learns its place in it)."""
-        job = BatchJob(
-            [entry.item for entry in batch],
-            [entry.deadline for entry in batch],
-            partial(_wanted, batch),
-            units,
-        )
-        for index, entry in enumerate(batch):
-            entry.job, entry.index = job, index
-        return job
-
-    async def _run(self, batch: list[_Entry], units: int, released: float) -> None:
-        """Hand one batch to the runner and settle every future in it."""
-        job = self._job(batch, units)
-        try:
-            done = await self._runner.run(job)
-        except BaseException as exc:
-            self._abort(batch, exc)
-            if not isinstance(exc, Exception):
-                raise
-        else:
-            self._settle_batch(batch, done, released)
-        finally:
-            self._batch_done(batch)
-
-    def _ran(self, batch: list[_Entry], released: float, done: BatchDone) -> None:
-        """A batch handed over with the runner's ``begin`` is done: settle every
-        future in it."""
-        try:
-            self._settle_batch(batch, done, released)
-        except Exception as exc:
-            self._abort(batch, exc)
-            raise
-        finally:
-            # The runner reports as it reads the result, maybe before the requests
-            # read in the same round: the next batch waits for them (the callers
-            # are answered now all the same).
-            self._batch_done(batch, at_round_end=True)
-
-    def _settle_batch(self, batch: list[_Entry], done: BatchDone, released: float) -> None:
-        started, finished = done.started_s, done.finished_s
-        duration = None
-        if started is not None and finished is not None and done.units > 0:
-            duration = finished - started
-            self._policy.batch_finished(done.units, duration)
-        self._intake.finished(batch, done.out_of_memory, duration)
-        outcomes = done.outcomes
-        if len(outcomes) != len(batch):
-            self._abort(batch, MicrobatchError(f"{len(outcomes)} outcomes for {len(batch)}"))
-            return
-        ran = started is not None and finished is not None  # else nothing to record
-        timed: list[tuple[Timing, float]] = []
-        for entry, outcome in zip(batch, outcomes, strict=True):
-            future = entry.future
-            if future.done():
-                continue
-            if ran and entry.timing is not None:
-                timed.append((entry.timing, entry.arrival))
-            if isinstance(outcome, BaseException):
-                # A runner that left an item out at its deadline (by its own clock,
-                # a moment before the batcher's timer) answers it as expired.
-                if isinstance(outcome, DeadlineExceeded):
-                    self._stats.expired += 1
-                else:
-                    self._stats.failed += 1
-                future.set_exception(outcome)
-            else:
-                future.set_result(outcome)
-        if timed:  # the futures' callbacks run later: in time to read it
-            self._record_timings(timed, batch, done, released)
-
-    def _record_timings(
-        self,
-        timed: list[tuple[Timing, float]],
-        batch: list[_Entry],
-        done: BatchDone,
-        released: float,
-    ) -> None:
-        """Append this batch's part to each timed request's record (and trace it)."""
-        assert done.started_s is not None and done.finished_s is not None
-        cost = sum(entry.cost for entry in batch) if self.config.cost_fn is not None else None
-        size = done.units or sum(entry.size for entry in batch)
-        record_batch(self.name, timed, released, done.started_s, done.finished_s, size, cost)
-
-    def _abort(self, batch: list[_Entry], error: BaseException) -> None:
-        for entry in batch:
-            settle(entry.future, MicrobatchError(f"the batch was aborted: {error!r}"))
-
-    def _batch_done(self, batch: list[_Entry], *, at_round_end: bool = False) -> None:
-        """Free the batch's slot, whatever happened to it, and release what is next
-        (now, or once the loop has taken this round's arrivals)."""
-        for entry in batch:
-            if entry.timer is not None:
-                entry.timer.cancel()
-            entry.job = None  # no reference cycle through the job's wanted()
-        self._state.finished(len(batch), self._now())
-        del self._handed[id(batch)]
-        if at_round_end and self._state.count:
-            self._dispatch_at_round_end(asyncio.get_running_loop())
-        else:
-            self._dispatch()
-        if not self._handed and self._all_done is not None:
-            self._all_done.set()
-
-
-def _wanted(batch: list[_Entry], index: int) -> bool:
-    """Whether item ``index``'s caller still waits (not cancelled, not expired)."""
-    return not batch[index].future.done()
 
 
 def _size_of(intake: Intake[Any]) -> Callable[[Any], int]:

@@ -1,4 +1,4 @@
-"""The streaming benchmark's HTTP client (``benchmarks/streaming.py``) counts a
+"""The streaming benchmark's HTTP client (``benchmarks/stream_client.py``) counts a
 response's chunks and sees its end: when the server closes (a new connection per
 stream), or, kept alive, at the chunked body's last chunk, however the bytes come
 split; a response it cannot see the end of fails rather than hangs."""
@@ -16,22 +16,23 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _benchmark() -> ModuleType:
+def _client() -> ModuleType:
     spec = importlib.util.spec_from_file_location(
-        "streaming_benchmark", ROOT / "benchmarks" / "streaming.py"
+        "stream_client_benchmark", ROOT / "benchmarks" / "stream_client.py"
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
     path = list(sys.path)
+    sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "benchmarks" / "servers")]
     try:
-        spec.loader.exec_module(module)
+        spec.loader.exec_module(module)  # it imports its benchmarks/ neighbours
     finally:
-        sys.path[:] = path  # it puts benchmarks/ first: not for the other tests
+        sys.path[:] = path  # benchmarks/ first: not for the other tests
     return module
 
 
-streaming = _benchmark()
+stream_client = _client()
 
 HEAD = (
     b"HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -59,7 +60,7 @@ class FakeTransport:
 
 
 def _counter(keep_alive: bool) -> Any:
-    counter = streaming._ChunkCounter(keep_alive)
+    counter = stream_client.ChunkCounter(keep_alive)
     counter.connection_made(FakeTransport())
     return counter
 
@@ -109,7 +110,7 @@ async def test_a_kept_alive_response_without_chunks_fails() -> None:
 
 
 async def test_a_client_keeps_its_connection_only_when_kept_alive() -> None:
-    kept, fresh = streaming._Client(True), streaming._Client(False)
+    kept, fresh = stream_client.StreamClient(True), stream_client.StreamClient(False)
     assert "Connection: close" in fresh.connection_header
     assert kept.connection_header == ""
     counter = _counter(keep_alive=True)

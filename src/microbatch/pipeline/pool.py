@@ -2,66 +2,43 @@
 
 Each worker has a pipe each way; the loop reads results as they arrive and writes
 batches as the pipe takes them, never blocking (see ``pipes.py``),
-and watches the process sentinel for the worker's death. A batch goes to the least
-busy worker — an idle one first; a worker may also hold the next batch in its pipe
-while it runs one, so that it starts the next the moment it finishes, without
-waiting for the serving process.
-
-The pool is the one owner of the ledger of running batches: the worker stamps when
-the model really started and finished each batch, and the times come back with the
-result (in the message header, read before the result is decoded). A batch sent to
-an idle worker starts when sent; one held behind a running batch starts when the
-worker was done with that one.
-
-Items whose caller left, or whose deadline passed, are never computed: they are left
-out when the batch is sent, by the worker when it comes to the batch (deadlines), and
-by a :class:`~.worker.Drop` the pool sends when a caller leaves while its batch waits
-at the worker behind the running one. Their outcomes are made here.
+and watches the process sentinel for the worker's death. Which worker takes a
+batch, the ledger of running batches and the results read back are the pool's
+dispatch half (``dispatch.py``, its base class); this module is the workers'
+lifecycle: started, set up, warmed up, restarted, stopped.
 
 When a worker dies, the batch it was running is answered :class:`WorkerDied` (or
 run once more elsewhere if the stage is idempotent), the batches queued behind it
 (never started) go to another worker, and the worker is started again.
-
-Each batch a worker holds has a slot of its own in the worker's shared-memory arena
-(see ``arena.py``), from when it is sent until its result has been copied out. A
-large result is copied out on a thread, so the event loop keeps serving meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
-from collections.abc import Callable
-from functools import partial
 from multiprocessing.process import BaseProcess
 from typing import Any
 
 from ..errors import RemoteError, StageFailed, WorkerDied
 from ..execution import settle
-from ..types import BatchDone, BatchJob
-from .batches import Batch, decoded, finished, prepare, unwanted
+from ..types import BatchJob
+from .batches import Batch, finished
+from .dispatch import BATCHES_PER_WORKER, BatchDispatch
 from .failures import died_early, exit_description, setup_failure, user_frames, warm_up_error
-from .jobs import Ran
 from .processes import WorkerHandle, forget, spawn, stop
 from .stage import Stage
-from .transport import Incoming, encode
-from .worker import SetUp, Stop
+from .transport import encode
+from .worker import Stop
 
 __all__ = ["BATCHES_PER_WORKER", "ProcessPool"]
 
 logger = logging.getLogger("microbatch.workers")
 
-_COPY_ON_THREAD_BYTES = 4 << 20  # results with more in shared memory are copied out on a thread
 _SETUP_BACKOFF_S = (0.1, 0.5, 2.0)  # between setup attempts of one start
 _MAX_RESTART_BACKOFF_S = 60.0  # between starts of a worker whose setups keep failing
 
-BATCHES_PER_WORKER = 2
-"""Batches a worker holds: the one it runs and the next, waiting in its pipe so that
-the worker starts it the moment the first is done (the batcher's run-ahead)."""
 
-
-class ProcessPool:
+class ProcessPool(BatchDispatch):
     """The worker processes of one stage: a :class:`~microbatch.types.BatchRunner`.
 
     Args:
@@ -69,19 +46,10 @@ class ProcessPool:
     """
 
     def __init__(self, stage: Stage) -> None:
-        self.stage = stage
-        self._rows = stage.config.row_format()
-        self._workers: list[WorkerHandle | None] = [None] * stage.workers
-        self._backlog: deque[Batch] = deque()  # batches waiting for a worker
-        self._copies: set[asyncio.Future[Any]] = set()  # large results copied out on threads
+        super().__init__(stage)
         self._restarts = 0
-        self._closing = False
-        self._failed: StageFailed | None = None
         self._restart_tasks: set[asyncio.Task[None]] = set()
         self._reaping: dict[BaseProcess, asyncio.Future[None]] = {}  # exiting workers
-        self._warm_up_items: list[Any] | None = None  # known once warm_up() ran
-        # Batches handed over with begin(), not reported yet: how to report each.
-        self._reports: dict[Batch, Callable[[object], None]] = {}
 
     @property
     def restarts(self) -> int:
@@ -154,95 +122,6 @@ class ProcessPool:
             self._serve(worker)
         return results[0] if results else []
 
-    async def run(self, job: BatchJob) -> BatchDone:
-        """Run one batch on the least busy worker; return its outcomes and when the
-        model really started and finished it.
-
-        Items whose caller left or whose deadline passed before the model came to
-        them are left out (DeadlineExceeded for an expired one). Never raises for the
-        batch as a whole: a model error is at its item's place (a RemoteError, or the
-        ItemError the model gave), and a dead worker or failed stage is every item's
-        outcome, so the batcher does not split and run again what may not be run twice.
-        """
-        batch = self._queue_job(job)
-        if isinstance(batch, BatchDone):
-            return batch
-        try:
-            await batch.future
-        except (WorkerDied, StageFailed):
-            pass
-        finally:
-            job.on_unwanted = None
-        return self._outcome(batch)
-
-    def begin(self, job: BatchJob, on_done: Callable[[BatchDone], None]) -> None:
-        """:meth:`run` without a task: send the batch now (when a worker has room)
-        and call ``on_done`` with what :meth:`run` would return, once, from the event
-        loop and never from within this call.
-
-        A result read from a worker is reported in the same loop round it is read
-        (the batcher then settles its callers' futures at once): a batch handed over
-        this way takes no task and no loop round each way.
-        """
-        batch = self._queue_job(job)
-        loop = asyncio.get_running_loop()
-        if isinstance(batch, BatchDone):
-            loop.call_soon(on_done, batch)
-            return
-        report = partial(self._report, batch, on_done)
-        self._reports[batch] = report
-        batch.future.add_done_callback(report)  # any other way the batch ends
-
-    def _queue_job(self, job: BatchJob) -> Batch | BatchDone:
-        """Queue ``job`` for a worker (and send it if one has room), or what it
-        comes to at once when no worker would take it."""
-        count = len(job.items)
-        if self._failed is not None:
-            # A fresh error each time: raising one instance in every caller would
-            # grow its traceback (and keep their frames) for as long as the outage lasts.
-            return BatchDone([StageFailed(str(self._failed))] * count)
-        if self._warm_up_items is None:  # no worker would ever take it
-            failure = StageFailed(f"stage {self.stage.name!r}: run() before warm_up()")
-            return BatchDone([failure] * count)
-        batch = Batch(job, asyncio.get_running_loop().create_future(), self.stage.idempotent)
-        self._backlog.append(batch)
-        self._pump()
-        return batch
-
-    def _outcome(self, batch: Batch) -> BatchDone:
-        """What a done batch comes to: its outcomes, or every item's WorkerDied or
-        StageFailed."""
-        future = batch.future
-        error = None if future.cancelled() else future.exception()
-        if future.cancelled() or error is not None:
-            if not isinstance(error, (WorkerDied, StageFailed)):
-                error = StageFailed(f"stage {self.stage.name!r}: the batch was lost: {error!r}")
-            return BatchDone([error] * len(batch.job.items))
-        return finished(batch, future.result(), self._rows)
-
-    def _report(self, batch: Batch, on_done: Callable[[BatchDone], None], _: object = None) -> None:
-        """Tell a started batch's caller how it went (once)."""
-        if self._reports.pop(batch, None) is None:
-            return  # reported already
-        batch.job.on_unwanted = None
-        on_done(self._outcome(batch))
-
-    def _ran(self, batch: Batch, ran: Ran) -> None:
-        """A worker's result for ``batch``: settle it, and report it now if it was
-        handed over with :meth:`begin` (rather than one loop round later)."""
-        report = self._reports.get(batch)
-        if report is None:
-            settle(batch.future, ran)
-            return
-        batch.future.remove_done_callback(report)
-        settle(batch.future, ran)
-        try:
-            report(None)
-        except Exception as exc:  # the reader must go on reading
-            asyncio.get_running_loop().call_exception_handler(
-                {"message": "reporting a finished batch failed", "exception": exc}
-            )
-
     async def close(self) -> None:
         """Stop the workers: each finishes the batches it holds, then exits; one that
         does not within a grace period is killed. Every batch is answered."""
@@ -268,105 +147,6 @@ class ProcessPool:
         self._fail(closed)  # whatever came back to the backlog meanwhile
         await asyncio.gather(*self._reaping.values())
         await asyncio.gather(*self._copies, return_exceptions=True)  # results already out
-
-    # -- batches -------------------------------------------------------------------
-
-    def _pump(self) -> None:
-        """Send waiting batches to workers with room, the least busy first."""
-        while self._backlog:
-            worker = self._least_busy()
-            if worker is None:
-                return
-            batch = self._backlog.popleft()
-            if not batch.future.done():  # else its caller left
-                self._send(worker, batch)
-
-    def _least_busy(self) -> WorkerHandle | None:
-        best: WorkerHandle | None = None
-        for worker in self._workers:
-            if worker is None or not (worker.alive and worker.serving):
-                continue
-            if worker.held < BATCHES_PER_WORKER and (best is None or worker.held < best.held):
-                best = worker
-        return best
-
-    def _send(self, worker: WorkerHandle, batch: Batch) -> None:
-        """Send ``batch`` to ``worker``, less the items no longer wanted and those that
-        cannot be pickled (answered here); never raises."""
-        slot = worker.free_slot()
-        frames = prepare(batch, slot, None if worker.arena is None else worker.arena.outgoing(slot))
-        if frames is None:  # nothing to run: answered here, without the worker
-            settle(batch.future, Ran([], None, None, 0))
-            return
-        worker.took(slot, batch)
-        batch.job.on_unwanted = partial(unwanted, batch)
-        batch.end = worker.writer.write(frames)
-
-    def _on_message(self, worker: WorkerHandle) -> None:
-        try:
-            messages = worker.reader.messages()
-        except (EOFError, OSError):
-            self._on_death(worker)
-            return
-        for message in messages:
-            self._handle(worker, message)
-
-    def _drain(self, worker: WorkerHandle) -> None:
-        """Handle the results a worker wrote before it exited."""
-        while worker.batches and not worker.conn.closed:
-            try:
-                messages = worker.reader.messages()
-            except (EOFError, OSError):
-                return
-            if not messages:
-                return
-            for message in messages:
-                self._handle(worker, message)
-
-    def _handle(self, worker: WorkerHandle, message: Incoming) -> None:
-        if message.slot is None:  # the worker is set up, or failed to
-            if worker.arena is not None:
-                worker.arena.unlink()  # the worker has opened its files by now
-            set_up = message.decode(None)
-            if isinstance(set_up, SetUp) and not worker.set_up.done():  # cancelled: closed
-                settle(worker.set_up, set_up.error)
-            return
-        batch = worker.answered(message.slot, message.times[1])
-        if batch is not None:
-            if message.arena_bytes > _COPY_ON_THREAD_BYTES:
-                self._copy_on_thread(worker, message, batch)
-            else:
-                source = None if worker.arena is None else worker.arena.incoming(message.slot)
-                self._ran(batch, decoded(batch, message.times, lambda: message.decode(source)))
-        if worker.serving and not self._closing:
-            self._pump()
-
-    def _copy_on_thread(self, worker: WorkerHandle, message: Incoming, batch: Batch) -> None:
-        """Copy a large result out of shared memory and unpickle it on a thread; its
-        batch keeps its slot until then, so the worker cannot overwrite it."""
-        assert worker.arena is not None and message.slot is not None
-        slot = message.slot
-        worker.receiving[slot] = batch
-        reader = worker.arena.incoming(slot).reader()  # outlives the arena if the worker dies
-
-        def decode() -> Any:
-            with reader:
-                return message.decode(reader)
-
-        copy = asyncio.get_running_loop().run_in_executor(None, decode)
-        self._copies.add(copy)
-
-        def done(copy: asyncio.Future[Any]) -> None:
-            self._copies.discard(copy)
-            del worker.receiving[slot]
-            if copy.cancelled():
-                settle(batch.future, StageFailed(f"stage {self.stage.name!r} is closed"))
-            else:
-                settle(batch.future, decoded(batch, message.times, copy.result))
-            if worker.serving and not self._closing:
-                self._pump()
-
-        copy.add_done_callback(done)
 
     def _on_death(self, worker: WorkerHandle) -> None:
         if not worker.alive:
@@ -410,8 +190,6 @@ class ProcessPool:
             self._restart_tasks.add(task)
             task.add_done_callback(self._restart_tasks.discard)
         self._pump()
-
-    # -- workers -------------------------------------------------------------------
 
     async def _start_worker(self, index: int, attempts: int) -> None:
         errors: list[Exception] = []

@@ -1,0 +1,151 @@
+"""The streaming benchmark's figures and report: chunks/s and latency percentiles
+of a run's records, the markdown tables, and the issue's targets checked."""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Any
+
+from stream_models import MAX_ACTIVE, step_time_s
+
+
+def summarise(records: list[tuple[int, float, float]], wall: float) -> dict[str, Any]:
+    """Chunks/s and the latency percentiles of (length, first chunk s, total s) records."""
+    firsts = sorted(r[1] for r in records)
+    short = sorted(r[2] for r in records if r[0] <= 16)
+    long = sorted(r[2] for r in records if r[0] >= 128)
+    return {
+        "streams": len(records),
+        "chunks": sum(r[0] for r in records),
+        "seconds": wall,
+        "chunks_per_s": sum(r[0] for r in records) / wall,
+        "ttfc_p50_ms": 1000 * percentile(firsts, 0.50),
+        "ttfc_p99_ms": 1000 * percentile(firsts, 0.99),
+        "short_total_p50_ms": 1000 * percentile(short, 0.50),
+        "short_total_p99_ms": 1000 * percentile(short, 0.99),
+        "long_total_p50_ms": 1000 * percentile(long, 0.50),
+        "long_total_p99_ms": 1000 * percentile(long, 0.99),
+    }
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    """The ``q`` quantile of sorted values (nan when there are none)."""
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def table(results: dict[str, Any]) -> list[str]:
+    """One markdown row per contender and level."""
+    lines = [
+        "| contender | streams | chunks/s | TTFC p50 ms | TTFC p99 ms"
+        " | short (≤16) total p50/p99 ms | long (≥128) total p50/p99 ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for key, f in results.items():
+        lines.append(
+            f"| {key} | {f['streams']} | {f['chunks_per_s']:.0f} | {f['ttfc_p50_ms']:.1f}"
+            f" | {f['ttfc_p99_ms']:.1f}"
+            f" | {f['short_total_p50_ms']:.0f} / {f['short_total_p99_ms']:.0f}"
+            f" | {f['long_total_p50_ms']:.0f} / {f['long_total_p99_ms']:.0f} |"
+        )
+    return lines
+
+
+def targets(results: dict[str, Any], ours: str, level: int, step_ms: float) -> list[str]:
+    """The issue's targets for ``ours`` against every other contender at ``level``."""
+    mine = results.get(f"{ours} @ {level}")
+    if mine is None:
+        return []
+    lines = [f"{ours} at {level} streams (one step: {step_ms:.2f} ms):", ""]
+    for key, other in results.items():
+        if not key.endswith(f" @ {level}") or key.startswith(ours):
+            continue
+        name = key.rsplit(" @ ", 1)[0]
+        ratio = mine["chunks_per_s"] / other["chunks_per_s"]
+        goal = 1.0 if other["stepwise"] else 2.0
+        verdict = "met" if ratio >= goal else "missed"
+        line = f"- chunks/s ÷ {name}: **{ratio:.2f}x** (target ≥ {goal:.0f}x: {verdict})"
+        if not other["stepwise"]:
+            short = mine["short_total_p99_ms"] / other["short_total_p99_ms"]
+            verdict = "met" if short <= 1 / 3 else "missed"
+            line += f"; short streams' total p99 ratio **{short:.2f}** (target ≤ 0.33: {verdict})"
+        lines.append(line)
+    ttfc = mine["ttfc_p99_ms"] / step_ms
+    verdict = "met" if ttfc <= 5 else "missed"
+    lines += [f"- TTFC p99 = **{ttfc:.1f} step times** (target ≤ 5: {verdict})", ""]
+    return lines
+
+
+def report(
+    inproc: dict[str, Any],
+    generative: dict[str, Any],
+    http: dict[str, Any],
+    seen: dict[str, str],
+    levels: list[int],
+    kept_alive: dict[str, Any] | None = None,
+) -> str:
+    step_ms = 1000 * step_time_s(MAX_ACTIVE)
+    lines = [
+        "# Streams: step-wise against lockstep (`benchmarks/streaming.py`)",
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python"
+        f" {platform.python_version()}; shared with other jobs (other engineers' test"
+        " runs) while it ran, so absolute numbers are noisy: read the ratios, all from"
+        " one run.",
+        "",
+        "Simulated step model: each step sleeps 1 ms + 10 us x items in the step; output"
+        " lengths log-uniform in [8, 256] (the same list for every contender); closed"
+        " loop (a client opens its next stream when its last one ended); at most 64"
+        " items per step everywhere. Step-wise: items join and leave between steps."
+        " Lockstep: a batch runs until its longest item ends, every step costing the"
+        " whole batch.",
+        "",
+        "## In-process (`service.stream`: the batching strategy alone)",
+        "",
+        *table(inproc),
+        "",
+        *targets(inproc, "microbatch step-wise", 64, step_ms),
+    ]
+    if generative:
+        mean_step = generative.get("generate.py step-wise @ 64", {}).get("mean_step_ms", 0.0)
+        lines += [
+            "## The generative example (`examples/generate.py`, in-process)",
+            "",
+            "A character GRU (torch, hidden 128, one thread) trained 2 s at start-up; the"
+            " same lengths as above as `max_tokens`. Lockstep: the same model as a"
+            " generator `predict`, every step over the whole batch.",
+            "",
+            *table(generative),
+            "",
+            *targets(generative, "generate.py step-wise", 64, mean_step),
+        ]
+    if http:
+        lines += [
+            "## Over HTTP (one stream per connection, the client counts chunks as they arrive)",
+            "",
+            *table(http),
+            "",
+            *targets(http, "microbatch step-wise (HTTP, NDJSON)", 64, step_ms),
+        ]
+    if kept_alive:
+        lines += [
+            "## Over HTTP, connections kept alive (`--connections both`)",
+            "",
+            "The same client for every contender, each of its clients reusing one"
+            " connection for its next stream (as pooled clients like httpx do) instead"
+            " of a new connection per stream.",
+            "",
+            *table(kept_alive),
+            "",
+            *targets(kept_alive, "microbatch step-wise (HTTP, NDJSON)", 64, step_ms),
+        ]
+    if http or kept_alive:
+        lines += [
+            "Versions:",
+            "",
+            *(f"- {label}: {text}" for label, text in seen.items()),
+            "",
+        ]
+    return "\n".join(lines)
