@@ -77,8 +77,9 @@ class HttpConnection(FastPath):
         self._transport = transport
         front = self._front
         if len(front.connections) >= self._limits.max_connections or front.closing:
+            self._head_since = self._clock.now()  # refused at once: its total is 0
+            transport.write(SERVICE_UNAVAILABLE.reply(self._refusal_timing(SERVICE_UNAVAILABLE)))
             self._phase = CLOSED
-            transport.write(SERVICE_UNAVAILABLE)
             transport.close()
             return
         front.connections.add(self)

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from typing import Any
 
 from ..clock import Timer
 from ..http.codecs import JSON, Codec
 from ..http.predict import Checked, Predictor
-from ..timing import Timing
+from ..timing import Timing, failure_line
 from .asgi_cycle import AsgiCycle
 from .chunked import ChunkedEnd
 from .limits import BODY, CLOSED, HEAD, ConnectionOwner
-from .responses import REQUEST_TIMEOUT
+from .responses import REQUEST_TIMEOUT, Refusal
 
 __all__ = ["ConnectionBase"]
 
@@ -152,10 +153,22 @@ class ConnectionBase(asyncio.Protocol):
         elif phase == BODY:
             self._refuse(REQUEST_TIMEOUT)
 
-    def _refuse(self, response: bytes) -> None:
+    def _refuse(self, refusal: Refusal) -> None:
         """Answer with a fixed reply and close (no request may follow)."""
-        self._write(response)
+        self._write(refusal.reply(self._refusal_timing(refusal)))
         self._close()
+
+    def _refusal_timing(self, refusal: Refusal) -> bytes:
+        """A refusal's ``server-timing`` line (when the server tells it): the error
+        and the time since the request's headers were awaited (or, with its body
+        being read, since they came)."""
+        if not self._limits.server_timing:
+            return b""
+        if self._phase == BODY:
+            elapsed = time.perf_counter() - self._started
+        else:
+            elapsed = max(self._clock.now() - self._head_since, 0.0)
+        return failure_line(None, elapsed, 0.0, refusal.error)
 
     def _close(self) -> None:
         if self._phase != CLOSED:

@@ -43,6 +43,9 @@ class ConnectionLimits:
         keep_alive_s: An idle connection (no byte of a next request) closes after this.
         max_header_bytes: Most bytes of a request's line and headers; then 431 and close.
         max_connections: Open connections; one more is answered 503 and closed.
+        server_timing: Whether the connection's own refusals (400, 408, 431, 503)
+            tell ``Server-Timing`` (the error and the time since the request began),
+            as the app's responses do.
     """
 
     header_timeout_s: float = 10.0
@@ -50,6 +53,7 @@ class ConnectionLimits:
     keep_alive_s: float = 5.0
     max_header_bytes: int = 64 * 1024
     max_connections: int = 4096
+    server_timing: bool = False
 
 
 AsgiApp = Callable[[Any, Any, Any], Awaitable[None]]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from email.utils import formatdate
 from http import HTTPStatus
 
@@ -13,6 +14,7 @@ __all__ = [
     "HEADERS_TOO_LARGE",
     "REQUEST_TIMEOUT",
     "SERVICE_UNAVAILABLE",
+    "Refusal",
     "date_line",
     "head",
     "ok_head",
@@ -20,13 +22,6 @@ __all__ = [
 ]
 
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-
-
-def _closing(status: int, body: bytes = b"") -> bytes:
-    return (
-        status_line(status) + b"content-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
-        b"connection: close\r\n\r\n%s" % (len(body), body)
-    )
 
 
 _STATUS_LINES: dict[int, bytes] = {}
@@ -44,10 +39,33 @@ def status_line(status: int) -> bytes:
     return line
 
 
-BAD_REQUEST = _closing(400, b"malformed HTTP request")
-REQUEST_TIMEOUT = _closing(408, b"the request was not received in time")
-HEADERS_TOO_LARGE = _closing(431, b"the request's headers are too large")
-SERVICE_UNAVAILABLE = _closing(503, b"too many connections")
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A reply of the connection layer itself, after which the connection closes.
+
+    Attributes:
+        status: The status code.
+        error: The error's name, as ``Server-Timing`` tells it.
+        message: The plain-text body.
+    """
+
+    status: int
+    error: str
+    message: bytes
+
+    def reply(self, timing_line: bytes = b"") -> bytes:
+        """The whole response, with ``timing_line`` (a ``server-timing`` header line,
+        or empty) in its head."""
+        return status_line(self.status) + (
+            b"content-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n%s"
+            b"connection: close\r\n\r\n%s" % (len(self.message), timing_line, self.message)
+        )
+
+
+BAD_REQUEST = Refusal(400, "BadRequest", b"malformed HTTP request")
+REQUEST_TIMEOUT = Refusal(408, "RequestTimeout", b"the request was not received in time")
+HEADERS_TOO_LARGE = Refusal(431, "HeadersTooLarge", b"the request's headers are too large")
+SERVICE_UNAVAILABLE = Refusal(503, "TooManyConnections", b"too many connections")
 
 
 class _DateHeader:

@@ -148,6 +148,7 @@ def limits_of(app: ServedApp, settings: ServeSettings) -> ConnectionLimits:
         keep_alive_s=settings.keep_alive_s,
         max_header_bytes=settings.max_header_bytes,
         max_connections=settings.max_connections,
+        server_timing=app.config.server_timing,
     )
 
 
