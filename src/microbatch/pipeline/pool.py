@@ -59,7 +59,11 @@ class ProcessPool(BatchDispatch):
     @property
     def alive(self) -> int:
         """Workers set up, warmed up and able to take a batch now."""
-        return sum(1 for w in self._workers if w is not None and w.alive and w.serving)
+        count = 0  # a plain loop: asked for every request a service admits
+        for worker in self._workers:
+            if worker is not None and worker.alive and worker.serving:
+                count += 1
+        return count
 
     @property
     def failure(self) -> StageFailed | None:
