@@ -84,12 +84,20 @@ class PendingQueue(Generic[E]):
         self.state.oldest_arrival_s = head.arrival
         return head
 
-    def take(self, now: float) -> tuple[list[E], int]:
-        """Remove the next batch, as the composer chooses it; return it and its units."""
+    def take(self, now: float, limit: int | None = None) -> tuple[list[E], int]:
+        """Remove the next batch, as the composer chooses it; return it and its units.
+
+        Args:
+            now: The time of the release.
+            limit: Fewer units than ``max_units`` for this batch (a policy's
+                :attr:`~microbatch.AdaptivePolicy.batch_limit`), or None. Composed
+                batches (grouping, a cost budget) keep to their own limits.
+        """
         composer = self.composer
         if composer.group or composer.cost_limit is not None:
             return self._take_composed(now)
-        entries, limit = self._entries, composer.max_units
+        entries = self._entries
+        limit = composer.max_units if limit is None else min(limit, composer.max_units)
         batch: list[E] = []
         units = 0
         while entries:

@@ -109,7 +109,8 @@ class BatchRelease:
         self._dispatch(self._timer_at)
 
     def _release(self, now: float) -> None:
-        batch, units = self._queue.take(now)
+        # A policy may cap this batch below max_batch_size (AdaptivePolicy.batch_limit).
+        batch, units = self._queue.take(now, getattr(self._policy, "batch_limit", None))
         self._handed[id(batch)] = units
         if self._begin is not None:
             # The runner sends the batch now and reports back from the loop: no task.

@@ -348,6 +348,16 @@ class AdaptivePolicy:
     only when it is predicted to have ``handoff_share`` of its time left: handing
     them over sooner would not start them sooner, it would only stop the batch from
     growing (and the items arriving meanwhile would wait behind two batches).
+
+    A batch may be capped at half the callers (:attr:`batch_limit`). In a closed
+    loop, where callers come back only after their results, the callers of one batch
+    take the turnaround to come back, and the model waits meanwhile. Two cohorts of
+    half the callers alternate instead: one batch runs while the other's callers come
+    back. The cap is set when that is predicted to serve at least ``split_gain``
+    times as many items per second (kept while it serves more at all), the half
+    batch's run covers its callers' turnaround (else the model waits anyway, and
+    halving only adds batches), and no more items are queued or running than
+    callers were seen (else arrivals outrun the batches: whole ones serve more).
     """
 
     def __init__(
@@ -360,6 +370,7 @@ class AdaptivePolicy:
         patience_share: float = 0.25,
         handoff_share: float = 0.05,
         max_batch_cost: float | None = None,
+        split_gain: float = 1.25,
     ) -> None:
         self.max_batch_size = max_batch_size
         self.max_batch_cost = max_batch_cost
@@ -368,6 +379,10 @@ class AdaptivePolicy:
         self.target_utilization = target_utilization
         self.patience_share = patience_share
         self.handoff_share = handoff_share
+        self.split_gain = split_gain
+        self.batch_limit: int | None = None  # set by release_at: see batch_cap()
+        self._last_size = 0
+        self._split = False  # the last cap was half the callers
         self.cost = CostModel()
         self.shape = ShapeCostModel()
         self._padding = 1.0  # recent batches' cost over their items' summed cost
@@ -380,7 +395,8 @@ class AdaptivePolicy:
         ``reason`` names the rule behind the last decision ("full", "callers",
         "latency", "merge", "behind", "no-arrival", "keeps-up", "paused", or "wait").
         """
-        at = self._by_rules(state, now)
+        self.batch_limit = cap = self.batch_cap(state)
+        at = self._by_rules(state, now, cap)
         if at <= now and state.behind and self.reason != "full":
             running_s = self._predict(state, state.running_size)
             handoff = state.running_since_s + (1.0 - self.handoff_share) * running_s
@@ -389,15 +405,40 @@ class AdaptivePolicy:
                 return handoff
         return at
 
-    def _by_rules(self, state: QueueState, now: float) -> float:
+    def batch_cap(self, state: QueueState) -> int:
+        """Most units the next batch should take: ``max_batch_size``, or half the
+        callers when two alternating cohorts serve more (the class docstring)."""
+        self._split = split = self._splits(state)
+        return (
+            (min(state.recent_peak, self.max_batch_size) + 1) // 2 if split else self.max_batch_size
+        )
+
+    def _splits(self, state: QueueState) -> bool:
+        turnaround, last = state.turnaround_s, self._last_size
+        if turnaround is None or last <= 0 or self.slots != 1 or self.max_batch_cost is not None:
+            return False
+        whole = min(state.recent_peak, self.max_batch_size)
+        half = (whole + 1) // 2
+        if half < 2:
+            return False
+        per_caller = turnaround / last  # the callers come back one after another
+        run_half = self._predict(state, half)
+        if run_half <= 0 or run_half < per_caller * half:  # the model would wait anyway
+            return False
+        if state.count + state.in_flight > whole:  # more than the callers: arrivals outrun
+            return False
+        one = whole / (self._predict(state, whole) + per_caller * whole)
+        return half / run_half >= (1.0 if self._split else self.split_gain) * one
+
+    def _by_rules(self, state: QueueState, now: float, cap: int) -> float:
         size = state.size
-        if _full(state, self.max_batch_size, self.max_batch_cost) or self.max_latency_s <= 0:
+        if _full(state, cap, self.max_batch_cost) or self.max_latency_s <= 0:
             self.reason = "full"
             return now
         latest = state.oldest_arrival_s + self.max_latency_s - self._predict(state, size + 1)
         waited = state.oldest_arrival_s < state.last_finish_s  # queued through a batch
         if latest > now and (state.behind or waited):
-            merge_at = self._merge_until(state, latest)
+            merge_at = self._merge_until(state, latest, cap)
             if merge_at > now:
                 self.reason = "merge"
                 return merge_at
@@ -430,13 +471,13 @@ class AdaptivePolicy:
         self.reason = "paused" if at <= now else "wait"
         return at
 
-    def _merge_until(self, state: QueueState, latest: float) -> float:
+    def _merge_until(self, state: QueueState, latest: float, cap: int) -> float:
         """Until when to hold the queue for the callers of the running batch (or of
         the one that just finished), or ``-inf`` when merging with them does not pay."""
         turnaround = state.turnaround_s
         coming = state.in_flight if state.behind else state.returning
         both = state.size + coming
-        if turnaround is None or not coming or both > self.max_batch_size:
+        if turnaround is None or not coming or both > cap:
             return float("-inf")
         predict = self._predict
         saved = predict(state, state.size) + predict(state, coming) - predict(state, both)
@@ -449,6 +490,7 @@ class AdaptivePolicy:
     def batch_finished(self, size: int, duration_s: float) -> None:
         """Feed the cost model."""
         self.cost.observe(size, duration_s)
+        self._last_size = size
 
     def batch_cost_finished(self, items: int, cost: float, total: float, duration_s: float) -> None:
         """Learn from a batch's shape: ``items`` items whose costs sum to ``total``,

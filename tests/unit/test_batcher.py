@@ -12,6 +12,7 @@ from microbatch import (
     Batcher,
     BatcherClosed,
     DeadlineExceeded,
+    FixedPolicy,
     ItemTooLarge,
     MicrobatchError,
     Overloaded,
@@ -475,3 +476,26 @@ async def test_a_lone_caller_at_an_idle_slot_goes_without_waiting(clock: FakeClo
         assert await asyncio.wait_for(batcher.submit(i), 1.0) == 10 * i
     assert model.batches == [[0], [1], [2]]
     await batcher.close()
+
+
+class _HalvingPolicy(FixedPolicy):
+    """The fixed policy, with a cap on each batch (as AdaptivePolicy.batch_limit)."""
+
+    batch_limit = 2
+
+    def __init__(self) -> None:
+        super().__init__(max_batch_size=4, max_latency_s=0.010)
+
+
+async def test_a_batch_takes_no_more_than_the_policys_batch_limit(clock: FakeClock) -> None:
+    model = Model(clock)
+    batcher = Batcher(
+        model, clock=clock, max_batch_size=4, max_latency_ms=10, policy=_HalvingPolicy()
+    )
+    calls = [asyncio.create_task(batcher.submit(i)) for i in range(4)]
+    await settle()  # full (4 queued): the first two go at once
+    assert model.batches == [[0, 1]]
+    clock.advance(0.010)  # the other two at the fixed policy's latency bound
+    await settle()
+    assert model.batches == [[0, 1], [2, 3]]
+    assert await asyncio.gather(*calls) == [0, 10, 20, 30]

@@ -301,3 +301,61 @@ def test_peak_of_callers_is_forgotten_after_two_windows() -> None:
     state.finished(1, 1.6)
     state.arrived(4.0, 1)  # two windows later it is gone
     assert state.recent_peak == 1
+
+
+class TestCohorts:
+    """The adaptive policy caps a batch at half the callers when two alternating
+    cohorts keep the model busier than one (a closed loop whose callers take long to
+    come back), and never when that would not pay or would cut capacity."""
+
+    @staticmethod
+    def closed_loop(
+        callers: int, model_fixed_s: float, turnaround_s: float
+    ) -> tuple[AdaptivePolicy, QueueState]:
+        """A policy that learnt ``fixed + 20 µs/item`` batches of all ``callers``,
+        whose callers all came back ``turnaround_s`` after their batch finished."""
+        policy = AdaptivePolicy(max_batch_size=64, max_latency_s=0.010)
+        for size in (8, 16, 32, 64) * 3:
+            policy.batch_finished(size, model_fixed_s + 20e-6 * size)
+        policy.batch_finished(callers, model_fixed_s + 20e-6 * callers)
+        state = QueueState()
+        now = 0.0
+        for _ in range(callers):
+            state.arrived(now, 1)
+        state.released(callers, callers)
+        now += model_fixed_s
+        state.finished(callers, now)
+        for i in range(callers):  # the callers come back one after another
+            state.arrived(now + turnaround_s * (i + 1) / callers, 1)
+        return policy, state
+
+    def test_sim_at_64_callers_splits_into_two_cohorts_of_32(self) -> None:
+        # a 2 ms model, its 64 callers back 4.5 ms after their batch: the model waits
+        # most of the time with one cohort; two alternate and keep it busy
+        policy, state = self.closed_loop(64, 0.002, 0.0045)
+        assert policy.batch_cap(state) == 32
+        policy.release_at(state, 1.0)
+        assert policy.batch_limit == 32
+        assert policy.reason == "full"  # 64 queued, a batch of 32 goes
+
+    def test_no_split_while_one_cohort_serves_as_much(self) -> None:
+        # 16 callers back quickly: one batch of 16 per cycle does better than halves
+        policy, state = self.closed_loop(16, 0.002, 0.0012)
+        assert policy.batch_cap(state) == 64
+
+    def test_no_split_when_the_model_would_wait_for_its_callers_anyway(self) -> None:
+        # a tiny model: half the callers take longer to come back than a batch runs
+        policy, state = self.closed_loop(64, 0.00005, 0.002)
+        assert policy.batch_cap(state) == 64
+
+    def test_no_split_when_arrivals_outrun_the_batches(self) -> None:
+        # more items queued and running than callers were seen: an open loop at high
+        # load, where half batches would serve fewer items per second
+        policy, state = self.closed_loop(64, 0.002, 0.0045)
+        state.in_flight = 64
+        assert policy.batch_cap(state) == 64
+
+    def test_no_split_before_a_turnaround_is_measured(self) -> None:
+        policy = AdaptivePolicy(max_batch_size=64, max_latency_s=0.010)
+        state = queue(0.0, [0.0] * 64)
+        assert policy.batch_cap(state) == 64
