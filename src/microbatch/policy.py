@@ -383,6 +383,8 @@ class AdaptivePolicy:
         self.batch_limit: int | None = None  # set by release_at: see batch_cap()
         self._last_size = 0
         self._split = False  # the last cap was half the callers
+        self._split_key: tuple[float, int, int, bool] | None = None
+        self._split_pays = False
         self.cost = CostModel()
         self.shape = ShapeCostModel()
         self._padding = 1.0  # recent batches' cost over their items' summed cost
@@ -418,17 +420,21 @@ class AdaptivePolicy:
         if turnaround is None or last <= 0 or self.slots != 1 or self.max_batch_cost is not None:
             return False
         whole = min(state.recent_peak, self.max_batch_size)
-        half = (whole + 1) // 2
-        if half < 2:
-            return False
-        per_caller = turnaround / last  # the callers come back one after another
-        run_half = self._predict(state, half)
-        if run_half <= 0 or run_half < per_caller * half:  # the model would wait anyway
-            return False
-        if state.count + state.in_flight > whole:  # more than the callers: arrivals outrun
-            return False
-        one = whole / (self._predict(state, whole) + per_caller * whole)
-        return half / run_half >= (1.0 if self._split else self.split_gain) * one
+        if whole < 4 or state.count + state.in_flight > whole:
+            return False  # more than the callers: arrivals outrun the batches
+        key = (turnaround, last, whole, self._split)
+        if key != self._split_key:  # the inputs change once a batch: decide once a batch
+            self._split_key = key
+            half = (whole + 1) // 2
+            per_caller = turnaround / last  # the callers come back one after another
+            run_half = self._predict(state, half)
+            if run_half <= 0 or run_half < per_caller * half:  # the model would wait anyway
+                self._split_pays = False
+            else:
+                one = whole / (self._predict(state, whole) + per_caller * whole)
+                gain = 1.0 if self._split else self.split_gain
+                self._split_pays = half / run_half >= gain * one
+        return self._split_pays
 
     def _by_rules(self, state: QueueState, now: float, cap: int) -> float:
         size = state.size
