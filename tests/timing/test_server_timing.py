@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from typing import Any
 
 import httpx
@@ -80,6 +81,15 @@ def test_header_renders_every_stage_and_the_total() -> None:
     assert metrics["total"] == {"dur": "10.00"}
     assert timing.header_line(10.010).startswith(b"server-timing: embed.queue;dur=1.00")
     assert metric_name("") == "_" and metric_name("a/b é") == "a_b__"
+
+
+def test_a_predict_routes_record_starts_when_the_front_says_the_request_came_in() -> None:
+    predictor = HttpApp(models.double, HttpConfig()).native_predictors()["/predict"]
+    given = predictor.timing((), 12.5)  # the connection's own reading at the headers
+    assert given is not None and given.start_s == 12.5
+    before = time.monotonic()
+    read = predictor.timing()
+    assert read is not None and before <= read.start_s <= time.monotonic()
 
 
 def test_only_servables_whose_submit_takes_timing_are_given_it() -> None:

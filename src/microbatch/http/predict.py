@@ -208,13 +208,14 @@ class Predictor:
                 raise BodyTooLarge(f"the body has {size} bytes; the limit is {self.max_body_bytes}")
         return Checked(deadline, decode, encoder)
 
-    def timing(self, headers: RawHeaders = ()) -> Timing | None:
+    def timing(self, headers: RawHeaders = (), start_s: float | None = None) -> Timing | None:
         """A new record for one request's ``Server-Timing`` and trace (its span
         started, a child of the ``traceparent`` in ``headers``), or None when this
-        route does neither."""
+        route does neither. ``start_s``: when the request came in
+        (``time.monotonic()``), where the caller read it already; else now."""
         if not self.timed:
             return None
-        timing = Timing(time.monotonic())
+        timing = Timing(time.monotonic() if start_s is None else start_s)
         if self._tracer is not None:
             timing.told = self._tells
             self._tracer.start_request(timing, "POST " + self.label, headers)

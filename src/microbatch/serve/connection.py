@@ -270,7 +270,7 @@ class HttpConnection(FastPath):
         if self._ignore_parser:
             return
         parser = self._parser
-        self._started = time.perf_counter()
+        self._started = time.monotonic()  # the batcher's clock: Server-Timing starts here
         self._http10 = parser.get_http_version() == "1.0"
         self._keep_alive = parser.should_keep_alive() and not self._front.closing
         has_body = self._remaining != 0
@@ -336,7 +336,7 @@ class HttpConnection(FastPath):
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         self._body = []
         try:
-            timing = self._timing = predictor.timing(self._headers)
+            timing = self._timing = predictor.timing(self._headers, self._started)
             pending = predictor.submit(checked, body, timing)
         except Exception as error:
             self._answer_error(error, predictor.label)

@@ -165,7 +165,7 @@ class ConnectionBase(asyncio.Protocol):
         if not self._limits.server_timing:
             return b""
         if self._phase == BODY:
-            elapsed = time.perf_counter() - self._started
+            elapsed = time.monotonic() - self._started
         else:
             elapsed = max(self._clock.now() - self._head_since, 0.0)
         return failure_line(None, elapsed, 0.0, refusal.error)

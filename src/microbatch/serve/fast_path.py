@@ -72,10 +72,11 @@ class FastPath(ConnectionBase):
         if self._phase == CLOSED:
             return
         lines = self._request_id_line() + self._connection_line()
+        now = time.monotonic()  # one clock read: Server-Timing's end and the log's seconds
         if timing is not None:
-            lines += timing.header_line(time.monotonic())
+            lines += timing.header_line(now)
         self._write(ok_head(encoder.media_type, len(body), lines) + body)
-        self._record(predictor.label, 200)
+        self._record(predictor.label, 200, now)
         self.response_complete(200)
 
     def _answer_error(self, error: Exception, label: str) -> None:
@@ -89,16 +90,18 @@ class FastPath(ConnectionBase):
             error, self._header(b"accept"), self._request_id, predictor.failed
         )
         lines = self._request_id_line() + self._connection_line()
+        now = time.monotonic()
         if predictor.tells:  # what is known: the stage it failed in, time there, total
-            elapsed = time.perf_counter() - self._started
             name = error_reply(error).error
-            lines += failure_line(self._timing, elapsed, time.monotonic(), name)
+            lines += failure_line(self._timing, now - self._started, now, name)
         self._write(head(status, media_type, len(body), headers, lines) + body)
-        self._record(label, status)
+        self._record(label, status, now)
         self.response_complete(status)
 
-    def _record(self, label: str, status: int) -> None:
-        seconds = time.perf_counter() - self._started
+    def _record(self, label: str, status: int, now: float | None = None) -> None:
+        """Count and log the response (``now``: when it was answered, on
+        ``time.monotonic()``'s clock like :attr:`_started`; read here when not given)."""
+        seconds = (time.monotonic() if now is None else now) - self._started
         self._front.record(label, status, seconds, self._request_id, self._client)
 
     def _request_id_line(self) -> bytes:
