@@ -25,6 +25,10 @@ __all__ = [
 # see through waves of callers that come back together, few enough to follow the load.
 _GAP_MEMORY = 32
 
+# Fewer callers are not split into two cohorts: a small cohort's turnaround is mostly
+# its fixed part (wake-ups, the worker's pipe), which halving the cohort does not halve.
+_MIN_SPLIT_CALLERS = 32
+
 
 @dataclass(slots=True)
 class QueueState:
@@ -420,8 +424,8 @@ class AdaptivePolicy:
         if turnaround is None or last <= 0 or self.slots != 1 or self.max_batch_cost is not None:
             return False
         whole = min(state.recent_peak, self.max_batch_size)
-        if whole < 4 or state.count + state.in_flight > whole:
-            return False  # more than the callers: arrivals outrun the batches
+        if whole < _MIN_SPLIT_CALLERS or state.count + state.in_flight > whole:
+            return False  # too few to split, or more than the callers: arrivals outrun
         key = (turnaround, last, whole, self._split)
         if key != self._split_key:  # the inputs change once a batch: decide once a batch
             self._split_key = key

@@ -339,8 +339,14 @@ class TestCohorts:
         assert policy.reason == "full"  # 64 queued, a batch of 32 goes
 
     def test_no_split_while_one_cohort_serves_as_much(self) -> None:
-        # 16 callers back quickly: one batch of 16 per cycle does better than halves
-        policy, state = self.closed_loop(16, 0.002, 0.0012)
+        # 48 callers back quickly: one batch of 48 per cycle does better than halves
+        policy, state = self.closed_loop(48, 0.002, 0.0012)
+        assert policy.batch_cap(state) == 64
+
+    def test_no_split_of_fewer_than_32_callers(self) -> None:
+        # 16 callers slow to come back: halves would be predicted to pay, but a small
+        # cohort's turnaround is mostly its fixed part, which halving does not halve
+        policy, state = self.closed_loop(16, 0.002, 0.004)
         assert policy.batch_cap(state) == 64
 
     def test_no_split_when_the_model_would_wait_for_its_callers_anyway(self) -> None:
