@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from microbatch.http.asgi import BODY_WRITER_EXTENSION, DISCONNECT_EXTENSION, Message
 from microbatch.http.streams import NDJSON, send_stream
@@ -27,13 +24,6 @@ from microbatch.testing import FakeClock
 from .models import Counter
 
 BOUND_S = 20.0
-
-
-@pytest.fixture(autouse=True)
-def _fresh_counter() -> Iterator[None]:
-    Counter.steps = []
-    Counter.gate = None
-    yield
 
 
 class Connection:

@@ -8,12 +8,10 @@ import asyncio
 import json
 import signal
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import msgspec
-import pytest
 
 from microbatch import Model, Service, Stage
 from microbatch.http import HttpApp
@@ -25,15 +23,6 @@ from .models import Counter, Name
 
 HANG_GUARD_S = 60.0
 SSE, NDJSON, MSGPACK = "text/event-stream", "application/x-ndjson", "application/msgpack"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_counter() -> Iterator[None]:
-    Counter.gate = None
-    yield
-    if Counter.gate is not None:
-        Counter.gate.set()
-    Counter.gate = None
 
 
 def counter_app() -> HttpApp:

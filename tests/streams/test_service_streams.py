@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -24,16 +24,6 @@ from microbatch import (
 from microbatch.types import deadline_from
 
 from .models import Counter, Lockstep, Name
-
-
-@pytest.fixture(autouse=True)
-def _fresh_counter() -> Iterator[None]:
-    Counter.steps = []
-    Counter.gate = None
-    yield
-    if Counter.gate is not None:
-        Counter.gate.set()
-    Counter.gate = None
 
 
 def counter_service(**settings: object) -> Service[str, list[str]]:

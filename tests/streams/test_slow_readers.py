@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -29,14 +29,6 @@ from microbatch.testing import FakeClock
 from .models import Counter
 
 BOUND_S = 20.0
-
-
-@pytest.fixture(autouse=True)
-def _fresh_counter() -> Iterator[None]:
-    Counter.steps = []
-    Counter.gate = None
-    yield
-    Counter.gate = None
 
 
 async def _read_all(stream: AsyncIterator[Any]) -> tuple[list[Any], BaseException | None]:
