@@ -143,16 +143,18 @@ async def http_run(
 ) -> dict[str, Any]:
     """Stream every length in ``work`` with ``concurrency`` clients, each on a new
     connection per stream or (``keep_alive``) on one connection it reuses."""
-    records: list[tuple[int, float, float]] = []
+    records: list[tuple[int, float, float, bool]] = []
     queue = list(reversed(work))
 
     async def client() -> None:
         own = StreamClient(keep_alive)
+        at_start = True  # every client's first stream opens at once
         try:
             while queue:
                 length = queue.pop()
                 first, total, _ = await http_stream(address, contender, length, own)
-                records.append((length, first, total))
+                records.append((length, first, total, at_start))
+                at_start = False
         finally:
             own.close()
 

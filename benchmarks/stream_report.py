@@ -10,9 +10,12 @@ from typing import Any
 from stream_models import MAX_ACTIVE, step_time_s
 
 
-def summarise(records: list[tuple[int, float, float]], wall: float) -> dict[str, Any]:
-    """Chunks/s and the latency percentiles of (length, first chunk s, total s) records."""
+def summarise(records: list[tuple[int, float, float, bool]], wall: float) -> dict[str, Any]:
+    """Chunks/s and the latency percentiles of (length, first chunk s, total s, opened
+    at the start) records; the start is each client's first stream (every client
+    opens one at once), whose first chunk waits behind all the others' start."""
     firsts = sorted(r[1] for r in records)
+    later = sorted(r[1] for r in records if not r[3])
     short = sorted(r[2] for r in records if r[0] <= 16)
     long = sorted(r[2] for r in records if r[0] >= 128)
     return {
@@ -22,6 +25,7 @@ def summarise(records: list[tuple[int, float, float]], wall: float) -> dict[str,
         "chunks_per_s": sum(r[0] for r in records) / wall,
         "ttfc_p50_ms": 1000 * percentile(firsts, 0.50),
         "ttfc_p99_ms": 1000 * percentile(firsts, 0.99),
+        "ttfc_p99_after_start_ms": 1000 * percentile(later, 0.99),
         "short_total_p50_ms": 1000 * percentile(short, 0.50),
         "short_total_p99_ms": 1000 * percentile(short, 0.99),
         "long_total_p50_ms": 1000 * percentile(long, 0.50),
@@ -74,7 +78,14 @@ def targets(results: dict[str, Any], ours: str, level: int, step_ms: float) -> l
         lines.append(line)
     ttfc = mine["ttfc_p99_ms"] / step_ms
     verdict = "met" if ttfc <= 5 else "missed"
-    lines += [f"- TTFC p99 = **{ttfc:.1f} step times** (target ≤ 5: {verdict})", ""]
+    line = f"- TTFC p99 = **{ttfc:.1f} step times** (target ≤ 5: {verdict})"
+    after_start = mine.get("ttfc_p99_after_start_ms")
+    if after_start is not None:  # not in results written before it was measured
+        line += (
+            f"; without each client's first stream (all {level} opened at once):"
+            f" {after_start / step_ms:.1f} step times"
+        )
+    lines += [line, ""]
     return lines
 
 

@@ -100,10 +100,11 @@ async def run_one(
         model, mode="thread", max_batch_size=MAX_ACTIVE, max_queue=10_000, kwargs=kwargs or {}
     )
     service = Service(stage)
-    records: list[tuple[int, float, float]] = []  # length, first chunk s, total s
+    records: list[tuple[int, float, float, bool]] = []  # length, first s, total s, at start
     queue = list(reversed(work))
 
     async def client() -> None:
+        at_start = True  # every client's first stream opens at once
         while queue:
             length = queue.pop()
             opened = time.perf_counter()
@@ -114,7 +115,8 @@ async def run_one(
                     first = time.perf_counter() - opened
                 count += 1
             assert count == length and first is not None
-            records.append((length, first, time.perf_counter() - opened))
+            records.append((length, first, time.perf_counter() - opened, at_start))
+            at_start = False
 
     async with service:
         started = time.perf_counter()
@@ -246,6 +248,9 @@ if __name__ == "__main__":
         default="new",
         help="a new connection per stream (the default), kept alive and reused, or both",
     )
+    parser.add_argument(
+        "--name", default="streaming", help="results go to benchmarks/results/NAME.json and .md"
+    )
     args = parser.parse_args()
     inproc = asyncio.run(run_in_process(args.rounds, args.levels))
     generative = {} if args.no_generative else asyncio.run(run_generative(2, args.levels))
@@ -272,7 +277,7 @@ if __name__ == "__main__":
         "http_keep_alive": kept,
         "versions": seen,
     }
-    (RESULTS / "streaming.json").write_text(json.dumps(payload, indent=2))
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(payload, indent=2))
     text = report(inproc, generative, http, seen, args.levels, kept)
-    (RESULTS / "streaming.md").write_text(text + "\n")
+    (RESULTS / f"{args.name}.md").write_text(text + "\n")
     print(text)
