@@ -5,34 +5,13 @@ split; a response it cannot see the end of fails rather than hangs."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.benchmark_modules import load_benchmark
 
-
-def _client() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "stream_client_benchmark", ROOT / "benchmarks" / "stream_client.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    path = list(sys.path)
-    sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "benchmarks" / "servers")]
-    try:
-        spec.loader.exec_module(module)  # it imports its benchmarks/ neighbours
-    finally:
-        sys.path[:] = path  # benchmarks/ first: not for the other tests
-    return module
-
-
-stream_client = _client()
+stream_client = load_benchmark("stream_client")
 
 HEAD = (
     b"HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\ntransfer-encoding: chunked\r\n\r\n"

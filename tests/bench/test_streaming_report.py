@@ -4,30 +4,9 @@ start (a client's first stream opens together with every other client's first)."
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
+from tests.bench.benchmark_modules import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _report() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "stream_report_benchmark", ROOT / "benchmarks" / "stream_report.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    path = list(sys.path)
-    sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "benchmarks" / "servers")]
-    try:
-        spec.loader.exec_module(module)  # it imports its benchmarks/ neighbours
-    finally:
-        sys.path[:] = path
-    return module
-
-
-stream_report = _report()
+stream_report = load_benchmark("stream_report")
 
 
 def test_the_streams_opened_at_the_start_count_apart() -> None:
