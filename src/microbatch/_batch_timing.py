@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from typing import Protocol
 
-from .timing import StageTiming, Timing, batch_parts
+from .timing import StageTiming, Timing
 
 _new_tuple = tuple.__new__  # a StageTiming without its generated __new__'s cost
 
@@ -32,9 +32,8 @@ def record_batch(
     size: int,
     cost: float | None,
 ) -> None:
-    """Append the batch's entry to each timed request's record (with the batch's
-    part of its ``Server-Timing`` entry, rendered once for the batch), and trace
-    the batch when any of them is traced.
+    """Append the batch's entry to each timed request's record, and trace the batch
+    when any of them is traced.
 
     Args:
         stage: The stage's name (a record may carry its own).
@@ -47,18 +46,10 @@ def record_batch(
     """
     behind, model = max(started - released, 0.0), finished - started
     traced = []
-    parts, parts_stage = None, None
     for timing, arrival in timed:  # Timing.record, inlined: it runs for every item
-        name = timing.stage or stage
         queued = released - arrival
-        entry = (name, queued if queued > 0.0 else 0.0, behind, model, size, cost)
+        entry = (timing.stage or stage, queued if queued > 0.0 else 0.0, behind, model, size, cost)
         timing.stages.append(_new_tuple(StageTiming, entry))
-        if timing.told:
-            if name != parts_stage:  # the batch's items share one stage, as a rule
-                parts, parts_stage = batch_parts(name, behind, model, size, cost), name
-            timing.rendered = parts
-        else:
-            timing.rendered = None
         if timing.span is not None:
             traced.append((timing, arrival))
     if traced:

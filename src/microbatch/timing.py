@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import inspect
 import re
-from math import floor
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -36,10 +35,8 @@ __all__ = [
     "StageTiming",
     "Timing",
     "accepts_timing",
-    "batch_parts",
     "failure_line",
     "metric_name",
-    "milliseconds",
     "refused_value",
 ]
 
@@ -48,14 +45,12 @@ SERVER_TIMING_HEADER = b"server-timing"
 
 _NOT_TOKEN = re.compile(r"[^A-Za-z0-9!#$%&'*+.^_`|~-]")
 _NAMES: dict[str, bytes] = {}  # stage name -> metric name, worked out once each
-_REST = b'%s.behind;dur=%s, %s.model;dur=%s, %s.batch;desc="size=%d'
-_ONE_STAGE = b"%s%s, %stotal;dur=%s"  # "<stage>.queue;dur=", queued, the parts' rest, total
+_REST = b'%s.behind;dur=%.2f, %s.model;dur=%.2f, %s.batch;desc="size=%d'
+_ONE_STAGE = b"%s%.2f, %stotal;dur=%.2f"  # "<stage>.queue;dur=", queued, _parts' rest, total
 _ONE_STAGE_LINE = b"server-timing: " + _ONE_STAGE + b"\r\n"
 _new_tuple = tuple.__new__  # a StageTiming without its generated __new__'s cost
-_FAILED = b'%s;dur=%s;desc="%s", total;dur=%s'
-_REFUSED = b'failed;desc="%s", total;dur=%s'
-_MS: dict[int, bytes] = {}  # hundredths of a millisecond -> b"12.34", rendered once each
-_MS_KEPT = 20_000  # up to 200 ms by hundredths: every duration a busy server tells often
+_FAILED = b'%s;dur=%.2f;desc="%s", total;dur=%.2f'
+_REFUSED = b'failed;desc="%s", total;dur=%.2f'
 _NOT_QUOTABLE = re.compile(rb"[^ !#-\[\]-~]")  # what a quoted-string cannot carry as is
 
 
@@ -72,24 +67,6 @@ def _metric(stage: str) -> bytes:
         if len(_NAMES) < 1024:  # stage names are the servable's, few; bounded anyway
             _NAMES[stage] = name
     return name
-
-
-def milliseconds(seconds: float) -> bytes:
-    """``seconds`` in milliseconds with two decimals (``b"12.34"``), as a
-    ``Server-Timing`` ``dur`` carries it (half a hundredth rounds up)."""
-    hundredths = floor(seconds * 1e5 + 0.5)
-    return _MS.get(hundredths) or _render_ms(hundredths)
-
-
-def _render_ms(hundredths: int) -> bytes:
-    """:func:`milliseconds`' text for a count of hundredths not kept yet."""
-    if hundredths < 0:  # no duration is negative; rendered all the same
-        return b"-" + _render_ms(-hundredths)
-    whole, cents = divmod(hundredths, 100)
-    text = b"%d.%02d" % (whole, cents)
-    if len(_MS) < _MS_KEPT:
-        _MS[hundredths] = text
-    return text
 
 
 class StageTiming(NamedTuple):
@@ -129,10 +106,6 @@ class Timing:
         tracer: The :class:`~microbatch.tracing.Tracer` that made ``span``, else None.
         told: Whether the response tells it (``Server-Timing``): False for a record
             kept only for a trace.
-        rendered: The batch-wide part of the only entry's metrics (behind, model,
-            batch), rendered once per batch by the batcher that recorded it
-            (:func:`~microbatch._batch_timing.record_batch`) and shared by the
-            batch's records, else None (rendered when the header is).
     """
 
     start_s: float
@@ -141,7 +114,6 @@ class Timing:
     span: Any = None
     tracer: Any = None
     told: bool = True
-    rendered: tuple[bytes, bytes] | None = field(default=None, repr=False, compare=False)
 
     def record(
         self,
@@ -155,7 +127,6 @@ class Timing:
         """Append one stage's entry (under :attr:`stage` when it is set)."""
         entry = (self.stage or stage, queued_s, behind_s, model_s, batch_size, batch_cost)
         self.stages.append(_new_tuple(StageTiming, entry))
-        self.rendered = None
 
     def header(self, end_s: float) -> str:
         """The ``Server-Timing`` value for a response finished at ``end_s``."""
@@ -163,14 +134,14 @@ class Timing:
 
     def header_value(self, end_s: float) -> bytes:
         """:meth:`header`, as the bytes a response head carries."""
-        total = milliseconds(end_s - self.start_s)
+        total = (end_s - self.start_s) * 1e3
         stages = self.stages
         if len(stages) == 1:  # the common case
             entry = stages[0]
-            queue, rest = self.rendered or _parts(entry)
-            return _ONE_STAGE % (queue, milliseconds(entry[1]), rest, total)
+            queue, rest = _parts(entry)
+            return _ONE_STAGE % (queue, entry[1] * 1e3, rest, total)
         parts = [_entry(entry) for entry in stages]
-        parts.append(b"total;dur=" + total)
+        parts.append(b"total;dur=%.2f" % total)
         return b"".join(parts)
 
     def failure_value(self, end_s: float, error: str) -> bytes:
@@ -188,9 +159,7 @@ class Timing:
             parts.append(_entry(entry))
         name = _metric(self.stage) + b".failed" if self.stage else b"failed"
         in_stage = max(total - accounted, 0.0)
-        parts.append(
-            _FAILED % (name, milliseconds(in_stage), _quotable(error), milliseconds(total))
-        )
+        parts.append(_FAILED % (name, in_stage * 1e3, _quotable(error), total * 1e3))
         return b"".join(parts)
 
     def header_line(self, end_s: float) -> bytes:
@@ -198,16 +167,20 @@ class Timing:
         (empty when not :attr:`told`)."""
         if not self.told:
             return b""
-        stages, rendered = self.stages, self.rendered
-        if rendered is not None and len(stages) == 1:  # the hot path, inlined
-            queued = floor(stages[0][1] * 1e5 + 0.5)  # milliseconds(), twice
-            total = floor((end_s - self.start_s) * 1e5 + 0.5)
-            return _ONE_STAGE_LINE % (
-                rendered[0],
-                _MS.get(queued) or _render_ms(queued),
-                rendered[1],
-                _MS.get(total) or _render_ms(total),
-            )
+        stages = self.stages
+        if len(stages) == 1:  # the hot path: _parts' check inline, its rendering on a miss
+            entry = stages[0]
+            last, queue, rest = _LAST_PARTS[0]
+            if not (
+                entry[3] is last[3]
+                and entry[2] == last[2]
+                and entry[4] == last[4]
+                and entry[5] == last[5]
+                and entry[0] == last[0]
+            ):
+                queue, rest = _render_parts(entry)
+            total = (end_s - self.start_s) * 1e3
+            return _ONE_STAGE_LINE % (queue, entry[1] * 1e3, rest, total)
         return b"server-timing: " + self.header_value(end_s) + b"\r\n"
 
 
@@ -215,7 +188,7 @@ def refused_value(elapsed_s: float, error: str) -> bytes:
     """The ``Server-Timing`` value for a request that failed with ``error`` before
     it had a record (refused at its headers, or a route without one), ``elapsed_s``
     after it came in."""
-    return _REFUSED % (_quotable(error), milliseconds(elapsed_s))
+    return _REFUSED % (_quotable(error), elapsed_s * 1e3)
 
 
 def failure_line(timing: Timing | None, elapsed_s: float, end_s: float, error: str) -> bytes:
@@ -232,7 +205,7 @@ def failure_line(timing: Timing | None, elapsed_s: float, end_s: float, error: s
 def _entry(entry: StageTiming) -> bytes:
     """One stage's four metrics, with the separator after them."""
     queue, rest = _parts(entry)
-    return b"%s%s, %s" % (queue, milliseconds(entry[1]), rest)
+    return b"%s%.2f, %s" % (queue, entry[1] * 1e3, rest)
 
 
 _LAST_PARTS: list[tuple[tuple[Any, ...], bytes, bytes]] = [((None,) * 6, b"", b"")]
@@ -254,22 +227,18 @@ def _parts(entry: StageTiming) -> tuple[bytes, bytes]:
         and entry[0] == last[0]
     ):
         return queue, rest
-    queue, rest = batch_parts(entry[0], entry[2], entry[3], entry[4], entry[5])
+    return _render_parts(entry)
+
+
+def _render_parts(entry: StageTiming) -> tuple[bytes, bytes]:
+    """:func:`_parts`, rendered (and remembered for the next entries of the batch)."""
+    name = _metric(entry[0])
+    rest = _REST % (name, entry[2] * 1e3, name, entry[3] * 1e3, name, entry[4])
+    if entry[5] is not None:
+        rest += b" cost=%s" % f"{entry[5]:g}".encode("ascii")
+    queue, rest = name + b".queue;dur=", rest + b'", '
     _LAST_PARTS[0] = (entry, queue, rest)
     return queue, rest
-
-
-def batch_parts(
-    stage: str, behind_s: float, model_s: float, batch_size: int, batch_cost: float | None
-) -> tuple[bytes, bytes]:
-    """What one batch's items share of their stage's ``Server-Timing`` entry:
-    ``<stage>.queue;dur=`` (each item's queued time follows it), and the metrics
-    after that time (behind, model, batch, with the separator after them)."""
-    name = _metric(stage)
-    rest = _REST % (name, milliseconds(behind_s), name, milliseconds(model_s), name, batch_size)
-    if batch_cost is not None:
-        rest += b" cost=%s" % f"{batch_cost:g}".encode("ascii")
-    return name + b".queue;dur=", rest + b'", '
 
 
 def _quotable(text: str) -> bytes:
