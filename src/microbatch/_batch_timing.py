@@ -77,7 +77,7 @@ def record_step(loop: str, traced: Mapping[int, Timing], joined: int, step: _Ste
 
 
 class _Step(Protocol):
-    """What record_step reads of a :class:`~microbatch.stepping.StepDone`."""
+    """What record_step reads of a :class:`~microbatch.step_contract.StepDone`."""
 
     @property
     def keys(self) -> Sequence[int]: ...

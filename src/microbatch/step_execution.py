@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from .errors import ResultLengthError
 from .execution import run_batch
-from .stepping import END, StepDone, StepJob
+from .step_contract import END, StepDone, StepJob
 
 __all__ = ["GeneratorSteps", "InlineStepRunner", "StepExecutor", "Steppable"]
 
@@ -113,11 +113,11 @@ def _add(done: StepDone, key: int, chunk: Any, finished: bool) -> None:
 
 class GeneratorSteps:
     """A generator ``predict`` (``predict(batch)`` yields one list per step, one
-    element per item of ``batch``: its chunk, :data:`~microbatch.stepping.END`, or an
+    element per item of ``batch``: its chunk, :data:`~microbatch.step_contract.END`, or an
     exception instance) seen as steps.
 
     The items of one call form a cohort that advances together; it runs under the
-    :func:`~microbatch.stepping.lockstep` admission policy, so no item joins a
+    :func:`~microbatch.step_contract.lockstep` admission policy, so no item joins a
     cohort mid-way. An error raised by the generator fails every item of its cohort
     (a generator cannot be run again on halves).
     """
@@ -174,7 +174,7 @@ class _Cohort:
 
 
 class InlineStepRunner:
-    """A :class:`~microbatch.stepping.StepRunner` that steps in the calling thread
+    """A :class:`~microbatch.step_contract.StepRunner` that steps in the calling thread
     (the event loop's): for models that take microseconds per step, and for tests."""
 
     def __init__(self, executor: StepExecutor) -> None:

@@ -1,6 +1,6 @@
 """A streaming stage's worker process: the model and its items' states live here;
-each step comes in as a :class:`~microbatch.stepping.StepJob` and its chunks go back
-as a :class:`~microbatch.stepping.StepDone`.
+each step comes in as a :class:`~microbatch.step_contract.StepJob` and its chunks go back
+as a :class:`~microbatch.step_contract.StepDone`.
 
 One step at a time per worker, so the serving side sends a job and reads its answer
 on a thread of its own (the event loop never blocks). A worker that dies takes its
@@ -22,8 +22,8 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
 from ..errors import RemoteError, StageFailed, WorkerDied
+from ..step_contract import StepDone, StepJob
 from ..step_execution import StepExecutor
-from ..stepping import StepDone, StepJob
 from .jobs import portable
 from .model import WorkerContext
 from .stage import Stage

@@ -18,8 +18,9 @@ from typing import Any, Protocol
 
 from ..errors import StageFailed
 from ..stats import StreamStats, StreamStatsRecorder
+from ..step_contract import StepDone, StepJob, StepRunner, continuous, lockstep
 from ..step_execution import GeneratorSteps, StepExecutor, Steppable
-from ..stepping import StepDone, StepJob, StepLoop, StepRunner, continuous, lockstep
+from ..stepping import StepLoop
 from ..streams import Channel, Stream
 from ..types import BatchDone, BatchJob
 from .model import Model, StepModel, WorkerContext
