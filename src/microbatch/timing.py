@@ -168,18 +168,10 @@ class Timing:
         if not self.told:
             return b""
         stages = self.stages
-        if len(stages) == 1:  # the hot path: _parts' check inline, its rendering on a miss
+        total = (end_s - self.start_s) * 1e3
+        if len(stages) == 1:
             entry = stages[0]
-            last, queue, rest = _LAST_PARTS[0]
-            if not (
-                entry[3] is last[3]
-                and entry[2] == last[2]
-                and entry[4] == last[4]
-                and entry[5] == last[5]
-                and entry[0] == last[0]
-            ):
-                queue, rest = _render_parts(entry)
-            total = (end_s - self.start_s) * 1e3
+            queue, rest = _parts(entry)
             return _ONE_STAGE_LINE % (queue, entry[1] * 1e3, rest, total)
         return b"server-timing: " + self.header_value(end_s) + b"\r\n"
 
@@ -227,11 +219,6 @@ def _parts(entry: StageTiming) -> tuple[bytes, bytes]:
         and entry[0] == last[0]
     ):
         return queue, rest
-    return _render_parts(entry)
-
-
-def _render_parts(entry: StageTiming) -> tuple[bytes, bytes]:
-    """:func:`_parts`, rendered (and remembered for the next entries of the batch)."""
     name = _metric(entry[0])
     rest = _REST % (name, entry[2] * 1e3, name, entry[3] * 1e3, name, entry[4])
     if entry[5] is not None:
