@@ -69,12 +69,17 @@ async def _every_pending_connection_in_one_call() -> None:
         acceptor.close()
         assert sock.fileno() == -1  # no longer listening
     finally:
-        for client in clients:
-            client.close()
-        for protocol in made:
-            if protocol.transport is not None:
-                protocol.transport.close()
-        sock.close()
+        _close_all(clients, made, sock)
+
+
+def _close_all(clients: list[socket.socket], made: list[_Echo], sock: socket.socket) -> None:
+    """Close the test's clients, the connections the server made, and its socket."""
+    for client in clients:
+        client.close()
+    for protocol in made:
+        if protocol.transport is not None:
+            protocol.transport.close()
+    sock.close()
 
 
 def test_every_pending_connection_is_accepted_in_one_wake_up() -> None:
@@ -104,11 +109,7 @@ async def _out_of_descriptors() -> None:
         assert len(made) == 1
         acceptor.close()
     finally:
-        client.close()
-        for protocol in made:
-            if protocol.transport is not None:
-                protocol.transport.close()
-        sock.close()
+        _close_all([client], made, sock)
 
 
 def test_out_of_descriptors_pauses_accepting_then_resumes() -> None:

@@ -37,22 +37,21 @@ async def test_slow_headers_tell_request_timeout_and_the_time_waited() -> None:
     assert total_ms == pytest.approx(TIMED.header_timeout_s * 1e3, abs=1.0)  # fired at its due time
 
 
-async def test_headers_over_the_cap_tell_headers_too_large() -> None:
+@pytest.mark.parametrize(
+    ("sent", "status", "error"),
+    [
+        (b"GET / HTTP/1.1\r\nx: " + b"a" * TIMED.max_header_bytes, b"431", "HeadersTooLarge"),
+        (b"NOT HTTP AT ALL\r\n\r\n", b"400", "BadRequest"),
+    ],
+    ids=["headers over the cap", "malformed"],
+)
+async def test_a_refused_request_tells_its_error(sent: bytes, status: bytes, error: str) -> None:
     async with harness(limits=TIMED) as h:
         connection, transport = h.connect()
-        connection.data_received(b"GET / HTTP/1.1\r\nx: " + b"a" * TIMED.max_header_bytes)
+        connection.data_received(sent)
         data = bytes(transport.written)
-    assert data.startswith(b"HTTP/1.1 431 ")
-    assert _timing(data)[0] == "HeadersTooLarge"
-
-
-async def test_a_malformed_request_tells_bad_request() -> None:
-    async with harness(limits=TIMED) as h:
-        connection, transport = h.connect()
-        connection.data_received(b"NOT HTTP AT ALL\r\n\r\n")
-        data = bytes(transport.written)
-    assert data.startswith(b"HTTP/1.1 400 ")
-    assert _timing(data)[0] == "BadRequest"
+    assert data.startswith(b"HTTP/1.1 " + status + b" ")
+    assert _timing(data)[0] == error
 
 
 async def test_a_slow_body_tells_the_time_since_its_headers() -> None:
