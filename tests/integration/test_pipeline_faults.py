@@ -124,7 +124,8 @@ async def test_kill_storm_through_three_stages_answers_everyone(idempotent_middl
                 os.kill(rng.choice(pids), signal.SIGKILL)
                 kills += 1
         records = [record for task in callers for record in await task]
-        await eventually(lambda: all(pool.alive == 2 for pool in service.pools))
+        # Restarts back off after a storm of kills: a generous hang guard, not a timing claim.
+        await eventually(lambda: all(pool.alive == 2 for pool in service.pools), timeout_s=30.0)
         restarts = sum(pool.restarts for pool in service.pools)
         assert service.ready and service.stats().in_flight == 0
         answers = check(records)

@@ -18,11 +18,13 @@ import pytest
 from microbatch import BatchConfig, BatcherClosed, DeadlineExceeded
 from microbatch.errors import RemoteError, StageFailed, WorkerDied
 from microbatch.pipeline import Service, Stage, arena, processes
+from microbatch.pipeline.pool import ProcessPool
+from microbatch.pipeline.processes import WorkerHandle
 from microbatch.pipeline.threads import ThreadPool
 from tests.integration.jobs import job
 from tests.integration.pipeline_models import Identity, RaisesInSetup
 from tests.integration.pool_models import Gate, Gated
-from tests.integration.test_pipeline_lifecycle import children
+from tests.integration.test_pipeline_lifecycle import children, eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -129,3 +131,33 @@ async def test_a_batch_the_worker_cannot_unpickle_fails_its_items_not_the_worker
             assert await service.submit(1) == 1 and service.pools[0].pids == pids
     finally:
         del sys.modules[module.__name__]
+
+
+@pytest.mark.parametrize("when", ["first warm-up", "a restart's warm-up"])
+async def test_a_worker_that_dies_just_after_its_warm_up_is_started_again(
+    when: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The death lands between the warm-up's answer and the worker's first batch:
+    # it must not leave the stage a worker short for good (a kill storm found it).
+    warm = ProcessPool._warm
+    victims: list[int] = []
+
+    async def warm_then_die(self: ProcessPool, worker: WorkerHandle) -> list[object]:
+        outcomes = await warm(self, worker)
+        restarting = self.restarts > 0
+        if not victims and restarting == (when == "a restart's warm-up"):
+            victims.append(worker.process.pid)
+            os.kill(worker.process.pid, signal.SIGKILL)
+            await asyncio.wait_for(eventually(lambda: not worker.alive), 30)
+        return outcomes
+
+    monkeypatch.setattr(ProcessPool, "_warm", warm_then_die)
+    stage = Stage(Identity, workers=2, batching=BatchConfig(max_batch_size=4))
+    async with Service(stage, examples=[0]) as service:
+        pool = service.pools[0]
+        if when == "a restart's warm-up":
+            os.kill(pool.pids[0], signal.SIGKILL)
+        await asyncio.wait_for(eventually(lambda: len(victims) == 1 and pool.alive == 2), 60)
+        assert victims[0] not in pool.pids
+        assert await asyncio.gather(*(service.submit(x) for x in range(20))) == list(range(20))
+    assert not children()

@@ -123,7 +123,10 @@ class ProcessPool(BatchDispatch):
                 raise failure from outcome
             results.append(outcome)
         for worker in workers:
-            self._serve(worker)
+            if worker.alive:
+                self._serve(worker)
+            elif not self._closing:  # died after its warm-up, before it served
+                self._restart_later(worker.index)
         return results[0] if results else []
 
     async def close(self) -> None:
@@ -190,10 +193,14 @@ class ProcessPool(BatchDispatch):
             if again:
                 self._backlog.extendleft(reversed(queued))
         if again:
-            task = asyncio.get_running_loop().create_task(self._restart(worker.index))
-            self._restart_tasks.add(task)
-            task.add_done_callback(self._restart_tasks.discard)
+            self._restart_later(worker.index)
         self._pump()
+
+    def _restart_later(self, index: int) -> None:
+        """Start worker ``index`` again, in a task of its own."""
+        task = asyncio.get_running_loop().create_task(self._restart(index))
+        self._restart_tasks.add(task)
+        task.add_done_callback(self._restart_tasks.discard)
 
     async def _start_worker(self, index: int, attempts: int) -> None:
         errors: list[Exception] = []
@@ -204,6 +211,9 @@ class ProcessPool(BatchDispatch):
                 await worker.set_up
                 if self._warm_up_items is not None:  # a restart: warm up, then serve
                     await self._warm(worker)
+                    if not worker.alive:  # died after its warm-up's answer came
+                        code = worker.process.exitcode
+                        raise WorkerDied(f"died as it warmed up (exit code {code})")
                     self._serve(worker)
                 return
             except RemoteError as exc:
