@@ -13,9 +13,7 @@ from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from typing import Protocol
 
-from .timing import StageTiming, Timing
-
-_new_tuple = tuple.__new__  # a StageTiming without its generated __new__'s cost
+from .timing import BatchPart, Timing
 
 __all__ = ["record_batch", "record_step", "traced_stream"]
 
@@ -44,12 +42,17 @@ def record_batch(
         size: The batch's size (its rows, with ``rows``).
         cost: The batch's cost, when the batcher measures cost.
     """
-    behind, model = max(started - released, 0.0), finished - started
+    part = BatchPart(stage, released, max(started - released, 0.0), finished - started, size, cost)
+    named: dict[str, BatchPart] = {}  # records that carry their own stage name
     traced = []
-    for timing, arrival in timed:  # Timing.record, inlined: it runs for every item
-        queued = released - arrival
-        entry = (timing.stage or stage, queued if queued > 0.0 else 0.0, behind, model, size, cost)
-        timing.stages.append(_new_tuple(StageTiming, entry))
+    for timing, arrival in timed:  # runs for every item: nothing allocated per item
+        own = timing.stage
+        if own and own != stage:
+            if own not in named:
+                named[own] = BatchPart(own, released, part.behind_s, part.model_s, size, cost)
+            timing.add(named[own], arrival)
+        else:
+            timing.add(part, arrival)
         if timing.span is not None:
             traced.append((timing, arrival))
     if traced:

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import inspect
 import re
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 __all__ = [
     "SERVER_TIMING_HEADER",
+    "BatchPart",
     "StageTiming",
     "Timing",
     "accepts_timing",
@@ -90,9 +90,75 @@ class StageTiming(NamedTuple):
     batch_cost: float | None = None
 
 
-@dataclass(slots=True)
+class BatchPart:
+    """One batch's part of the entries of the requests in it, shared by them: what
+    every item of the batch has alike, with its ``Server-Timing`` text rendered once.
+    An item's own part is its arrival (so its time queued).
+
+    Attributes:
+        stage: The name the entries are recorded under.
+        released_s: When the batcher let the batch go.
+        behind_s: From the release to the model's start.
+        model_s: The model's time on the batch.
+        batch_size: The batch's size in batch units.
+        batch_cost: Its total cost, when the stage has a ``cost_fn``.
+    """
+
+    __slots__ = (
+        "batch_cost",
+        "batch_size",
+        "behind_s",
+        "model_s",
+        "queue",
+        "released_s",
+        "rest",
+        "stage",
+    )
+
+    def __init__(
+        self,
+        stage: str,
+        released_s: float,
+        behind_s: float,
+        model_s: float,
+        batch_size: int,
+        batch_cost: float | None,
+    ) -> None:
+        self.stage = stage
+        self.released_s = released_s
+        self.behind_s = behind_s
+        self.model_s = model_s
+        self.batch_size = batch_size
+        self.batch_cost = batch_cost
+        name = _metric(stage)
+        rest = _REST % (name, behind_s * 1e3, name, model_s * 1e3, name, batch_size)
+        if batch_cost is not None:
+            rest += b" cost=%s" % f"{batch_cost:g}".encode("ascii")
+        self.queue = name + b".queue;dur="  # then the item's queued time
+        self.rest = rest + b'", '  # the batch's metrics after it, and the separator
+
+    def entry(self, arrival_s: float) -> StageTiming:
+        """The whole entry of an item that arrived at ``arrival_s``."""
+        queued = self.released_s - arrival_s
+        return _new_tuple(
+            StageTiming,
+            (
+                self.stage,
+                queued if queued > 0.0 else 0.0,
+                self.behind_s,
+                self.model_s,
+                self.batch_size,
+                self.batch_cost,
+            ),
+        )
+
+
 class Timing:
     """The mutable per-request record a front door passes down with one item.
+
+    The latest stage's entry is kept as its batch's shared :class:`BatchPart` and
+    the item's arrival (:meth:`add`), so that recording it and telling it allocate
+    nothing per request; :attr:`stages` makes the entries whole when read.
 
     Attributes:
         start_s: When the request entered (``time.monotonic()`` scale, or the
@@ -100,7 +166,6 @@ class Timing:
         stage: The name the next batcher records under (set by a
             :class:`~microbatch.Service` before each stage; a batched function uses
             its own name when this is empty).
-        stages: One entry per stage the item went through, in order.
         span: The request's OpenTelemetry span, when traced (see
             :mod:`microbatch.tracing`), else None.
         tracer: The :class:`~microbatch.tracing.Tracer` that made ``span``, else None.
@@ -108,12 +173,48 @@ class Timing:
             kept only for a trace.
     """
 
-    start_s: float
-    stage: str = ""
-    stages: list[StageTiming] = field(default_factory=list)
-    span: Any = None
-    tracer: Any = None
-    told: bool = True
+    __slots__ = ("_arrival", "_earlier", "_part", "span", "stage", "start_s", "told", "tracer")
+
+    def __init__(
+        self,
+        start_s: float,
+        stage: str = "",
+        stages: list[StageTiming] | None = None,
+        span: Any = None,
+        tracer: Any = None,
+        told: bool = True,
+    ) -> None:
+        self.start_s = start_s
+        self.stage = stage
+        self.span = span
+        self.tracer = tracer
+        self.told = told
+        self._earlier = stages  # the entries before the latest one (None: none yet)
+        self._part: BatchPart | None = None  # the latest entry's batch, if any
+        self._arrival = 0.0  # and the item's arrival in it
+
+    def __repr__(self) -> str:
+        return f"Timing(start_s={self.start_s!r}, stage={self.stage!r}, stages={self.stages!r})"
+
+    @property
+    def stages(self) -> list[StageTiming]:
+        """One entry per stage the item went through, in order (a list the caller
+        may extend)."""
+        earlier = self._earlier
+        if earlier is None:
+            earlier = self._earlier = []
+        part = self._part
+        if part is not None:
+            earlier.append(part.entry(self._arrival))
+            self._part = None
+        return earlier
+
+    def add(self, part: BatchPart, arrival_s: float) -> None:
+        """Append the entry of a batch (``part``) the item arrived in at
+        ``arrival_s``."""
+        if self._part is not None:
+            self.stages  # noqa: B018 - makes the entry before it whole
+        self._part, self._arrival = part, arrival_s
 
     def record(
         self,
@@ -134,14 +235,17 @@ class Timing:
 
     def header_value(self, end_s: float) -> bytes:
         """:meth:`header`, as the bytes a response head carries."""
-        total = (end_s - self.start_s) * 1e3
-        stages = self.stages
-        if len(stages) == 1:  # the common case
-            entry = stages[0]
-            queue, rest = _parts(entry)
-            return _ONE_STAGE % (queue, entry[1] * 1e3, rest, total)
-        parts = [_entry(entry) for entry in stages]
-        parts.append(b"total;dur=%.2f" % total)
+        part = self._part
+        if part is not None and not self._earlier:  # the common case: one stage
+            queued = part.released_s - self._arrival
+            return _ONE_STAGE % (
+                part.queue,
+                queued * 1e3 if queued > 0.0 else 0.0,
+                part.rest,
+                (end_s - self.start_s) * 1e3,
+            )
+        parts = [_entry(entry) for entry in self.stages]
+        parts.append(b"total;dur=%.2f" % ((end_s - self.start_s) * 1e3))
         return b"".join(parts)
 
     def failure_value(self, end_s: float, error: str) -> bytes:
@@ -167,12 +271,15 @@ class Timing:
         (empty when not :attr:`told`)."""
         if not self.told:
             return b""
-        stages = self.stages
-        total = (end_s - self.start_s) * 1e3
-        if len(stages) == 1:
-            entry = stages[0]
-            queue, rest = _parts(entry)
-            return _ONE_STAGE_LINE % (queue, entry[1] * 1e3, rest, total)
+        part = self._part
+        if part is not None and not self._earlier:  # the common case: one stage
+            queued = part.released_s - self._arrival
+            return _ONE_STAGE_LINE % (
+                part.queue,
+                queued * 1e3 if queued > 0.0 else 0.0,
+                part.rest,
+                (end_s - self.start_s) * 1e3,
+            )
         return b"server-timing: " + self.header_value(end_s) + b"\r\n"
 
 
@@ -196,36 +303,8 @@ def failure_line(timing: Timing | None, elapsed_s: float, end_s: float, error: s
 
 def _entry(entry: StageTiming) -> bytes:
     """One stage's four metrics, with the separator after them."""
-    queue, rest = _parts(entry)
-    return b"%s%.2f, %s" % (queue, entry[1] * 1e3, rest)
-
-
-_LAST_PARTS: list[tuple[tuple[Any, ...], bytes, bytes]] = [((None,) * 6, b"", b"")]
-"""The last entry rendered and its parts (one slot, replaced in one assignment)."""
-
-
-def _parts(entry: StageTiming) -> tuple[bytes, bytes]:
-    """``<stage>.queue;dur=`` and the part of ``entry``'s metrics after the queued
-    time (behind, model, batch, with the separator after them). Every item of one
-    batch has the same ``model_s`` object (the batcher works it out once per batch),
-    and their responses go out one after the other: the parts are rendered once
-    per batch, then reused while the entries are the same batch's."""
-    last, queue, rest = _LAST_PARTS[0]
-    if (
-        entry[3] is last[3]  # the same batch's (or equal, below)
-        and entry[2] == last[2]
-        and entry[4] == last[4]
-        and entry[5] == last[5]
-        and entry[0] == last[0]
-    ):
-        return queue, rest
-    name = _metric(entry[0])
-    rest = _REST % (name, entry[2] * 1e3, name, entry[3] * 1e3, name, entry[4])
-    if entry[5] is not None:
-        rest += b" cost=%s" % f"{entry[5]:g}".encode("ascii")
-    queue, rest = name + b".queue;dur=", rest + b'", '
-    _LAST_PARTS[0] = (entry, queue, rest)
-    return queue, rest
+    part = BatchPart(entry[0], 0.0, entry[2], entry[3], entry[4], entry[5])
+    return b"%s%.2f, %s" % (part.queue, entry[1] * 1e3, part.rest)
 
 
 def _quotable(text: str) -> bytes:

@@ -12,11 +12,12 @@ from typing import Any
 import httpx
 import pytest
 
+from microbatch._batch_timing import record_batch
 from microbatch.batcher import Batcher
 from microbatch.config import BatchConfig
 from microbatch.http import HttpApp, HttpConfig
 from microbatch.testing import FakeClock
-from microbatch.timing import Timing, accepts_timing, metric_name
+from microbatch.timing import BatchPart, Timing, accepts_timing, metric_name
 from microbatch.types import BatchDone, BatchJob
 from tests.http import models
 from tests.http.conftest import serving
@@ -81,6 +82,36 @@ def test_header_renders_every_stage_and_the_total() -> None:
     assert metrics["total"] == {"dur": "10.00"}
     assert timing.header_line(10.010).startswith(b"server-timing: embed.queue;dur=1.00")
     assert metric_name("") == "_" and metric_name("a/b é") == "a_b__"
+
+
+def test_a_batchs_shared_part_makes_whole_entries_in_order_and_the_same_header() -> None:
+    # record_batch keeps each item's latest entry as the batch's shared part and
+    # its arrival; read back, the entries are whole and in order, and the header
+    # told from the shared part is the one told from the whole entries.
+    first = BatchPart("embed", 10.004, 0.0005, 0.004, 8, 412.0)
+    second = BatchPart("rank", 10.010, 0.0, 0.002, 3, None)
+    compact, whole = Timing(10.0), Timing(10.0)
+    compact.add(first, 10.001)
+    whole.record("embed", 0.003, 0.0005, 0.004, 8, 412.0)
+    assert compact.header_line(10.02) == whole.header_line(10.02)
+    compact.add(second, 10.011)  # arrived after the release: queued nothing
+    whole.record("rank", 0.0, 0.0, 0.002, 3)
+    assert compact.header(10.02) == whole.header(10.02)
+    assert [entry.stage for entry in compact.stages] == ["embed", "rank"]
+    assert compact.stages[0][2:] == whole.stages[0][2:]
+    assert compact.stages[0].queued_s == pytest.approx(0.003)
+    assert compact.stages[1].queued_s == 0.0
+    assert compact.failure_value(10.03, "X") == whole.failure_value(10.03, "X")
+
+
+def test_record_batch_shares_one_part_but_keeps_each_records_own_stage_name() -> None:
+    plain, named = Timing(1.0), Timing(1.0, stage="mine")
+    record_batch("stage", [(plain, 1.001), (named, 1.002)], 1.004, 1.005, 1.009, 2, None)
+    assert plain.stages[0].stage == "stage" and named.stages[0].stage == "mine"
+    assert plain.stages[0].queued_s == pytest.approx(0.003)
+    assert named.stages[0].queued_s == pytest.approx(0.002)
+    assert named.stages[0].behind_s == pytest.approx(0.001)
+    assert named.stages[0].model_s == pytest.approx(0.004)
 
 
 def test_a_predict_routes_record_starts_when_the_front_says_the_request_came_in() -> None:
