@@ -237,13 +237,7 @@ class Timing:
         """:meth:`header`, as the bytes a response head carries."""
         part = self._part
         if part is not None and not self._earlier:  # the common case: one stage
-            queued = part.released_s - self._arrival
-            return _ONE_STAGE % (
-                part.queue,
-                queued * 1e3 if queued > 0.0 else 0.0,
-                part.rest,
-                (end_s - self.start_s) * 1e3,
-            )
+            return self._one_stage(_ONE_STAGE, part, end_s)
         parts = [_entry(entry) for entry in self.stages]
         parts.append(b"total;dur=%.2f" % ((end_s - self.start_s) * 1e3))
         return b"".join(parts)
@@ -273,14 +267,18 @@ class Timing:
             return b""
         part = self._part
         if part is not None and not self._earlier:  # the common case: one stage
-            queued = part.released_s - self._arrival
-            return _ONE_STAGE_LINE % (
-                part.queue,
-                queued * 1e3 if queued > 0.0 else 0.0,
-                part.rest,
-                (end_s - self.start_s) * 1e3,
-            )
+            return self._one_stage(_ONE_STAGE_LINE, part, end_s)
         return b"server-timing: " + self.header_value(end_s) + b"\r\n"
+
+    def _one_stage(self, template: bytes, part: BatchPart, end_s: float) -> bytes:
+        """``template`` filled for a record whose one entry is ``part``'s."""
+        queued = part.released_s - self._arrival
+        return template % (
+            part.queue,
+            queued * 1e3 if queued > 0.0 else 0.0,
+            part.rest,
+            (end_s - self.start_s) * 1e3,
+        )
 
 
 def refused_value(elapsed_s: float, error: str) -> bytes:
