@@ -238,6 +238,9 @@ if __name__ == "__main__":
     parser.add_argument("--levels", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--no-http", action="store_true", help="in-process contenders only")
     parser.add_argument("--no-generative", action="store_true", help="skip examples/generate.py")
+    parser.add_argument(
+        "--no-simulated", action="store_true", help="skip the simulated model in-process"
+    )
     parser.add_argument("--http-only", nargs="*", help="only the HTTP contenders named so")
     parser.add_argument(
         "--client-loop", choices=sorted(CLIENT_LOOPS), default="uvloop", help="the client's loop"
@@ -252,7 +255,7 @@ if __name__ == "__main__":
         "--name", default="streaming", help="results go to benchmarks/results/NAME.json and .md"
     )
     args = parser.parse_args()
-    inproc = asyncio.run(run_in_process(args.rounds, args.levels))
+    inproc = {} if args.no_simulated else asyncio.run(run_in_process(args.rounds, args.levels))
     generative = {} if args.no_generative else asyncio.run(run_generative(2, args.levels))
     http: dict[str, Any] = {}
     kept: dict[str, Any] = {}

@@ -108,6 +108,7 @@ class CharModel(microbatch.StepModel):
         self.cell.bias_ih.data = self.gru.bias_ih_l0.data
         self.cell.bias_hh.data = self.gru.bias_hh_l0.data
         self.sampler = torch.Generator().manual_seed(worker.index)
+        self.no_state = torch.zeros(self.hidden_size)  # before any character (never changed)
 
     def _train(self, data: Any, seconds: float) -> None:
         import torch
@@ -129,35 +130,29 @@ class CharModel(microbatch.StepModel):
             optimiser.step()
 
     def start(self, items: list[Prompt]) -> list[_Generation | microbatch.ItemError]:
-        """Read the prompts into their hidden states, all in one GRU call; a prompt
-        with a character the model never saw fails alone."""
+        """Read the prompts into their hidden states, one GRU call for the prompts
+        of each length; a prompt with a character the model never saw fails alone."""
         import torch
-        from torch.nn.utils.rnn import pack_sequence
 
         states: list[_Generation | microbatch.ItemError] = []
-        prefixes: dict[int, Any] = {}  # state index -> codes of the prompt but its last char
+        by_length: dict[int, list[tuple[int, list[int]]]] = {}  # -> (state index, codes)
         for item in items:
             text = "\n" + item.prompt
             unknown = sorted(set(text) - self.index.keys())
             if unknown:
                 states.append(microbatch.ItemError(f"the model never saw the characters {unknown}"))
                 continue
-            if len(text) > 1:
-                prefixes[len(states)] = torch.tensor([self.index[c] for c in text[:-1]])
-            zeros = torch.zeros(self.hidden_size)
-            states.append(
-                _Generation(zeros, self.index[text[-1]], item.max_tokens, item.temperature)
-            )
-        if prefixes:
-            with torch.inference_mode():
-                packed = pack_sequence(
-                    [self.embed(codes) for codes in prefixes.values()], enforce_sorted=False
-                )
-                _, hidden = self.gru(packed)
-            for row, index in zip(hidden[0], prefixes, strict=True):
-                state = states[index]
-                assert isinstance(state, _Generation)
-                state.hidden = row
+            codes = [self.index[c] for c in text]
+            if len(codes) > 1:  # all but the last character: its input is the first step's
+                by_length.setdefault(len(codes) - 1, []).append((len(states), codes[:-1]))
+            states.append(_Generation(self.no_state, codes[-1], item.max_tokens, item.temperature))
+        with torch.inference_mode():
+            for prompts in by_length.values():
+                _, hidden = self.gru(self.embed(torch.tensor([codes for _, codes in prompts])))
+                for (index, _), row in zip(prompts, hidden[0].unbind(), strict=True):
+                    state = states[index]
+                    assert isinstance(state, _Generation)
+                    state.hidden = row
         return states
 
     def step(self, states: list[_Generation]) -> tuple[list[str], list[bool]]:
@@ -171,7 +166,7 @@ class CharModel(microbatch.StepModel):
             probabilities = torch.softmax(self.out(hidden) / temperatures[:, None], dim=-1)
             chosen = torch.multinomial(probabilities, 1, generator=self.sampler)[:, 0].tolist()
         chunks, finished = [], []
-        for state, code, row in zip(states, chosen, hidden, strict=True):
+        for state, code, row in zip(states, chosen, hidden.unbind(), strict=True):
             state.hidden, state.last, state.left = row, code, state.left - 1
             chunks.append(self.alphabet[code])
             finished.append(state.left == 0)

@@ -10,7 +10,7 @@ by one :class:`StepDone` (one chunk, error or :data:`END` per item stepped). An
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -83,8 +83,12 @@ class StepRunner(Protocol):
     """Where a step model and its items' states live (this process, a thread, a
     worker process)."""
 
-    async def advance(self, job: StepJob) -> StepDone:
-        """Drop ``job.leave``, start ``job.join_*``, step every active item.
+    def advance(self, job: StepJob) -> Awaitable[StepDone]:
+        """Drop ``job.leave``, start ``job.join_*``, step every active item; the
+        outcomes come from awaiting what it returns. A runner that steps elsewhere
+        (a thread) may take the job at the call, so that the step runs while the
+        loop hands out the last one's chunks; an ``async def`` takes it when
+        awaited (the loop awaits it without letting the event loop turn first).
 
         Raises:
             Exception: The states are lost (a dead worker): every active item of

@@ -68,18 +68,22 @@ class StepExecutor:
                     _add(done, key, state, True)
                 else:
                     states[key] = state
-        keys = list(states)
-        if keys:
+        if states:
+            keys = list(states)
             stepped = run_batch(self._step_span, keys, self._isolate)
+            chunks, flags = done.chunks, done.finished
+            done.keys.extend(keys)
             for key, outcome in zip(keys, stepped, strict=True):
-                if isinstance(outcome, BaseException):
-                    chunk, finished = outcome, True
-                else:
+                if type(outcome) is tuple:  # (chunk, finished), as _step_span makes them
                     chunk, finished = outcome
-                    finished = finished or chunk is END or isinstance(chunk, BaseException)
-                _add(done, key, chunk, finished)
-                if finished:
+                    if finished or chunk is END or isinstance(chunk, BaseException):
+                        finished = True
+                        del states[key]
+                else:  # the step's error for this item
+                    chunk, finished = outcome, True
                     del states[key]
+                chunks.append(chunk)
+                flags.append(finished)
         done.finished_s = self._clock()
         return done
 
@@ -102,7 +106,7 @@ class StepExecutor:
                 f"step() returned {len(outputs)} chunks and {len(finished)} finished flags"
                 f" for {len(keys)} states"
             )
-        return [(chunk, bool(end)) for chunk, end in zip(outputs, finished, strict=True)]
+        return list(zip(outputs, map(bool, finished), strict=True))
 
 
 def _add(done: StepDone, key: int, chunk: Any, finished: bool) -> None:

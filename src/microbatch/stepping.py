@@ -35,7 +35,7 @@ import contextlib
 import itertools
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from ._batch_timing import record_step, traced_stream
@@ -148,6 +148,7 @@ class StepLoop:
         self._waiting: deque[Channel] = deque()
         self._active: dict[int, Channel] = {}
         self._task: asyncio.Task[None] | None = None
+        self._stepping = StepJob()  # the job of the step running now
         self._closed = False
         self._idle: asyncio.Event | None = None
         self.recorder = StreamStatsRecorder()
@@ -246,62 +247,85 @@ class StepLoop:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
+        pending: Awaitable[StepDone] | None = None
+        outcomes: list[tuple[Channel, Any, bool]] = []  # settled, not yet handed out
         try:
-            while True:
-                job = self._next_job()
-                if job is None:
-                    return
+            pending = self._advance()
+            while pending is not None:
                 turn = _Turn(loop)
                 try:
-                    done = await self.runner.advance(job)
+                    done = await pending
                 except Exception as error:  # the states are gone
+                    pending = None
                     self._lost(error)
+                    pending = self._advance()
                     continue
-                if self._traced:  # some streams are traced: so is the step
-                    joined = len(job.join_keys)
-                    record_step(self.name, self._traced, joined, done)
-                self._deliver(done)
-                # The next step starts at once: while it runs (a worker thread or
-                # process), the callers read this one's chunks. A runner that
-                # computed in this thread did not let the event loop turn: then the
-                # callers read first.
-                if not turn.over():
+                pending = None
+                outcomes = self._settle(done)
+                if turn.over():
+                    # The runner steps elsewhere (a worker thread or process): the
+                    # next step starts before this one's chunks are handed out, so
+                    # that the callers read them while it runs.
+                    pending = self._advance()
+                    self._deliver(outcomes)
+                    outcomes = []
+                else:
+                    # It computed in this thread and the event loop did not turn:
+                    # the callers read first, then the next step is made.
+                    self._deliver(outcomes)
+                    outcomes = []
                     await asyncio.sleep(0)
+                    pending = self._advance()
         except Exception as error:  # a bug here must not leave a stream hanging
             logger.exception("%s: the step loop failed; its streams end with the error", self.name)
-            self._end_all(error)
+            _abandon(pending)
+            self._end_all(error, outcomes)
         except BaseException:  # cancelled (the event loop is shutting down)
-            self._end_all(BatcherClosed(f"{self.name} stopped before the stream ended"))
+            _abandon(pending)
+            stopped = BatcherClosed(f"{self.name} stopped before the stream ended")
+            self._end_all(stopped, outcomes)
             raise
         finally:
             self._task = None
             if self._idle is not None:
                 self._idle.set()
 
+    def _advance(self) -> Awaitable[StepDone] | None:
+        """The next step handed to the runner (None when there is nothing to do)."""
+        job = self._next_job()
+        if job is None:
+            return None
+        self._stepping = job
+        return self.runner.advance(job)
+
     def _next_job(self) -> StepJob | None:
         """The next step: who leaves, who joins; None when there is nothing to do."""
-        leave = tuple(key for key, stream in self._active.items() if stream.ended)
+        active = self._active
+        leave = tuple([key for key, stream in active.items() if stream.ended])
         for key in leave:
-            del self._active[key]
-        self._discard_left()
-        joining = self.admission(len(self._active), len(self._waiting), self.max_active)
-        if joining and self._active and not self._gathered(joining):
+            del active[key]
+        if self._waiting:
+            self._discard_left()
+        joining = self.admission(len(active), len(self._waiting), self.max_active)
+        if joining and active and not self._gathered(joining):
             joining = 0
         keys: list[int] = []
         items: list[Any] = []
-        budget = _Budget(self.max_cost, self.cost_mode)
-        for key in self._active:
-            budget.add(self._costs.get(key, 0.0))
-        for _ in range(joining):
-            cost = self._costs.get(self._waiting[0].key, 0.0)
-            if self._active and not budget.fits(cost):
-                break  # first come first served: nobody overtakes the oldest
-            budget.add(cost)
-            stream = self._waiting.popleft()
-            self._active[stream.key] = stream
-            keys.append(stream.key)
-            items.append(stream.item)
-        if not self._active and not leave:
+        if joining:
+            budget = _Budget(self.max_cost, self.cost_mode)
+            if self.max_cost is not None:
+                for key in active:
+                    budget.add(self._costs.get(key, 0.0))
+            for _ in range(joining):
+                cost = self._costs.get(self._waiting[0].key, 0.0)
+                if active and not budget.fits(cost):
+                    break  # first come first served: nobody overtakes the oldest
+                budget.add(cost)
+                stream = self._waiting.popleft()
+                active[stream.key] = stream
+                keys.append(stream.key)
+                items.append(stream.item)
+        if not active and not leave:
             return None
         return StepJob(tuple(keys), tuple(items), leave)
 
@@ -326,9 +350,11 @@ class StepLoop:
         oldest = self._arrivals.get(self._waiting[0].key, self._clock.now())
         return self._clock.now() - oldest >= self.max_join_wait_s
 
-    def _end_all(self, error: Exception) -> None:
-        """End every waiting and active stream with ``error``."""
-        for stream in [*self._waiting, *self._active.values()]:
+    def _end_all(self, error: Exception, outcomes: list[tuple[Channel, Any, bool]]) -> None:
+        """End every waiting and active stream, and those of ``outcomes`` (settled
+        but not handed out), with ``error``."""
+        settled = [stream for stream, _, _ in outcomes]
+        for stream in [*self._waiting, *self._active.values(), *settled]:
             stream.finish(error)
         self._waiting.clear()
         self._active.clear()
@@ -351,40 +377,65 @@ class StepLoop:
         if any(stream.ended for stream in self._waiting):
             self._waiting = deque(stream for stream in self._waiting if not stream.ended)
 
-    def _deliver(self, done: StepDone) -> None:
-        """Hand each outcome to its stream: the first chunks of streams first, so
-        that their readers are the first to wake in the next turn of the event loop
-        (a writer per stream runs then: a new stream's first chunk does not wait
-        behind the running streams' next ones)."""
-        self.recorder.stepped(len(self._active), done.started_s, done.finished_s)
+    def _settle(self, done: StepDone) -> list[tuple[Channel, Any, bool]]:
+        """A step's outcomes, each with its stream, in the order they are handed out
+        (the first chunks of streams first, so that their readers are the first to
+        wake in the next turn of the event loop: a writer per stream runs then, and
+        a new stream's first chunk does not wait behind the running streams' next
+        ones); the items that ended with the step leave the active ones now, so
+        that the next step can start before the chunks are handed out."""
+        if self._traced:  # some streams are traced: so is the step
+            record_step(self.name, self._traced, len(self._stepping.join_keys), done)
         active = self._active
-        later: list[tuple[Channel, Any, bool]] = []
+        self.recorder.stepped(len(active), done.started_s, done.finished_s)
+        firsts: list[tuple[Channel, Any, bool]] = []
+        outcomes: list[tuple[Channel, Any, bool]] = []
         for key, chunk, finished in zip(done.keys, done.chunks, done.finished, strict=True):
             stream = active.get(key)
             if stream is None:
                 continue
+            if finished or chunk is END or isinstance(chunk, BaseException):
+                finished = True
+                del active[key]
             if stream.chunks_sent:
-                later.append((stream, chunk, finished))
+                outcomes.append((stream, chunk, finished))
             else:
-                self._deliver_one(stream, chunk, finished)
-        for stream, chunk, finished in later:
-            self._deliver_one(stream, chunk, finished)
+                firsts.append((stream, chunk, finished))
+        if firsts:
+            firsts.extend(outcomes)
+            return firsts
+        return outcomes
 
-    def _deliver_one(self, stream: Channel, chunk: Any, finished: bool) -> None:
-        key = stream.key
-        if isinstance(chunk, BaseException):
-            stream.finish(chunk)
-            del self._active[key]
-            return
-        if chunk is not END:
-            if self._replayed.get(key):  # made again after a restart: sent already
-                self._replayed[key] -= 1
-            else:
-                self.recorder.chunk(stream, self._clock.now())
-                stream.push(chunk)
-        if finished or chunk is END:
-            stream.finish()
-            del self._active[key]
+    def _deliver(self, outcomes: list[tuple[Channel, Any, bool]]) -> None:
+        """Hand each outcome to its stream (all at the time of one clock reading)."""
+        now = self._clock.now()
+        record = self.recorder.chunk
+        replayed = self._replayed
+        for stream, chunk, finished in outcomes:
+            if isinstance(chunk, BaseException):
+                stream.finish(chunk)
+                continue
+            if chunk is not END:
+                if replayed and replayed.get(stream.key):  # made again after a restart
+                    replayed[stream.key] -= 1  # sent already
+                else:
+                    record(stream, now)
+                    stream.push(chunk, now)
+            if finished:
+                stream.finish()
+
+
+def _abandon(pending: Awaitable[StepDone] | None) -> None:
+    """Let go of a step the loop will not wait for (it failed, or was cancelled)."""
+    if isinstance(pending, Coroutine):
+        pending.close()  # never started: nothing ran
+    elif isinstance(pending, asyncio.Future):
+        pending.add_done_callback(_retrieved)
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # retrieved: no "never retrieved" warning
 
 
 class _Turn:

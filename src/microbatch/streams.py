@@ -22,7 +22,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -93,6 +93,9 @@ class Channel:
         self.deadline = deadline
         self.first_chunk_deadline = first_chunk_deadline
         self.opened_s = clock.now()
+        self.ended = False
+        """It has ended (complete, failed, expired, or its caller left): a plain
+        attribute, read at every step for every active stream."""
         self.chunks_sent = 0
         self.last_chunk_s: float | None = None
         self._clock = clock
@@ -107,11 +110,6 @@ class Channel:
         self._arm()
 
     @property
-    def ended(self) -> bool:
-        """It has ended (complete, failed, expired, or its caller left)."""
-        return self._end is not _OPEN or self._left
-
-    @property
     def left(self) -> bool:
         """Its caller stopped reading before it ended."""
         return self._left
@@ -121,24 +119,32 @@ class Channel:
         """Its error, once it failed."""
         return self._end if isinstance(self._end, BaseException) else None
 
-    def push(self, chunk: Any) -> None:
+    def push(self, chunk: Any, now: float | None = None) -> None:
         """Append one chunk (ignored once the stream ended); with ``max_buffered``
-        chunks unread already, end the stream with :class:`SlowReader` instead."""
+        chunks unread already, end the stream with :class:`SlowReader` instead.
+
+        Args:
+            chunk: The chunk.
+            now: The time it came (the step loop reads the clock once per step for
+                every stream it hands a chunk); None: read the clock.
+        """
         if self.ended:
             return
-        if self.max_buffered is not None and len(self.chunks) >= self.max_buffered:
-            self.finish(SlowReader.after(len(self.chunks)))
+        chunks = self.chunks
+        if self.max_buffered is not None and len(chunks) >= self.max_buffered:
+            self.finish(SlowReader.after(len(chunks)))
             return
-        first = self.chunks_sent == 0
+        self.last_chunk_s = self._clock.now() if now is None else now
+        chunks.append(chunk)
         self.chunks_sent += 1
-        self.last_chunk_s = self._clock.now()
-        self.chunks.append(chunk)
-        if first:
+        if self.chunks_sent == 1:
             self._arm()
         if self._on_chunk is not None:
             self._on_chunk()
-        else:
-            self._wake()
+            return
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def on_chunk(self, callback: Callable[[], None] | None) -> None:
         """While set, a chunk that comes is queued and ``callback()`` is called,
@@ -170,8 +176,12 @@ class Channel:
         self.chunks.clear()
         self._ended()
 
-    async def next_chunk(self) -> Any:
-        """The next chunk; StopAsyncIteration at the end, or the stream's error (once)."""
+    async def next_chunk(self, holder: object = None) -> Any:
+        """The next chunk; StopAsyncIteration at the end, or the stream's error (once).
+
+        Args:
+            holder: Kept alive until the chunk comes (the :class:`Stream` read).
+        """
         while not self.chunks:
             if self._left:
                 raise StopAsyncIteration
@@ -196,6 +206,7 @@ class Channel:
             waiter.set_result(None)
 
     def _ended(self) -> None:
+        self.ended = True
         self._on_chunk = None
         if self._timer is not None:
             self._timer.cancel()
@@ -256,8 +267,10 @@ class Stream(AsyncIterator[Any]):
     def __aiter__(self) -> Stream:
         return self
 
-    async def __anext__(self) -> Any:
-        return await self._channel.next_chunk()
+    def __anext__(self) -> Awaitable[Any]:
+        # The channel's coroutine, not one wrapping it (once per chunk); it holds
+        # this stream, which must not be dropped (and so leave) while it waits.
+        return self._channel.next_chunk(self)
 
     async def aclose(self) -> None:
         """Stop reading: the stream's slot is freed at the next step."""

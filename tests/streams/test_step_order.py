@@ -88,3 +88,42 @@ async def test_the_next_step_starts_before_the_readers_read_the_last_one() -> No
     # Step k+1 starts as step k's chunk is delivered, before its reader has read it.
     assert runner.read_at_start == [0, 0, 1, 2]
     await asyncio.wait_for(loop.close(), BOUND_S)
+
+
+class HandOverRunner:
+    """Takes each job at the call, as a runner in a thread does, and answers it when
+    the test says; records how many chunks the stream had been handed at each call."""
+
+    def __init__(self) -> None:
+        self.executor = StepExecutor(Counter())
+        self.stream: Stream | None = None
+        self.jobs: list[tuple[StepJob, asyncio.Future[StepDone]]] = []
+        self.handed_at_call: list[int] = []
+
+    def advance(self, job: StepJob) -> asyncio.Future[StepDone]:
+        assert self.stream is not None
+        self.handed_at_call.append(self.stream.chunks_sent)
+        future: asyncio.Future[StepDone] = asyncio.get_running_loop().create_future()
+        self.jobs.append((job, future))
+        return future
+
+    async def answer(self) -> None:
+        job, future = self.jobs[-1]
+        future.set_result(self.executor.advance(job))
+        await _turns()
+
+
+async def test_a_runner_that_takes_the_job_at_the_call_gets_the_next_step_first() -> None:
+    runner = HandOverRunner()
+    loop = StepLoop(runner, max_active=1, clock=FakeClock())
+    runner.stream = stream = loop.open("a:3")
+    read: list[tuple[str, Any]] = []
+    reading = asyncio.create_task(_read("a", stream, read))
+    await _turns()
+    for _ in range(3):
+        await runner.answer()
+    await asyncio.wait_for(reading, BOUND_S)
+    assert read == [("a", "a-0"), ("a", "a-1"), ("a", "a-2")]
+    # Step k+1 was handed over before step k's chunk was handed to the stream.
+    assert runner.handed_at_call == [0, 0, 1]
+    await asyncio.wait_for(loop.close(), BOUND_S)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from typing import Any, Protocol
 
@@ -24,6 +23,7 @@ from ..stepping import StepLoop
 from ..streams import Channel, Stream
 from ..types import BatchDone, BatchJob
 from .model import Model, StepModel, WorkerContext
+from .model_thread import ModelThread
 from .stage import Stage
 
 __all__ = [
@@ -51,6 +51,9 @@ def steppable(model: Model) -> Steppable:
 class ThreadStepRunner:
     """One model instance in a thread of its own, its states held there.
 
+    Each step is handed to the thread at the call to :meth:`advance`, so that the
+    step loop hands out the last step's chunks while this one runs.
+
     Args:
         stage: The stage.
         index: The worker's index.
@@ -59,7 +62,7 @@ class ThreadStepRunner:
     def __init__(self, stage: Stage, index: int) -> None:
         self._stage = stage
         self._index = index
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"microbatch-{stage.name}")
+        self._thread = ModelThread(f"microbatch-{stage.name}-{index}")
         self._executor: StepExecutor | None = None
 
     @property
@@ -78,19 +81,16 @@ class ThreadStepRunner:
         Raises:
             Exception: The model's constructor or setup raised.
         """
-        loop = asyncio.get_running_loop()
-        self._executor = await loop.run_in_executor(self._thread, self._build)
+        self._executor = await self._thread.call(self._build)
 
-    async def advance(self, job: StepJob) -> StepDone:
-        """Run one step in the model's thread."""
+    def advance(self, job: StepJob) -> asyncio.Future[StepDone]:
+        """Hand one step to the model's thread now; its outcomes come on the future."""
         assert self._executor is not None, "start() the runner first"
-        return await asyncio.get_running_loop().run_in_executor(
-            self._thread, self._executor.advance, job
-        )
+        return self._thread.call(self._executor.advance, job)
 
     async def close(self) -> None:
         """Stop the thread (after the running step)."""
-        await asyncio.get_running_loop().run_in_executor(None, self._thread.shutdown)
+        await self._thread.close()
 
     def _build(self) -> StepExecutor:
         stage = self._stage
