@@ -200,6 +200,17 @@ class Timing:
     def stages(self) -> list[StageTiming]:
         """One entry per stage the item went through, in order (a list the caller
         may extend)."""
+        return self._whole()
+
+    def add(self, part: BatchPart, arrival_s: float) -> None:
+        """Append the entry of a batch (``part``) the item arrived in at
+        ``arrival_s``."""
+        if self._part is not None:
+            self._whole()
+        self._part, self._arrival = part, arrival_s
+
+    def _whole(self) -> list[StageTiming]:
+        """The entries, the latest one (kept as its batch's part) made whole."""
         earlier = self._earlier
         if earlier is None:
             earlier = self._earlier = []
@@ -208,13 +219,6 @@ class Timing:
             earlier.append(part.entry(self._arrival))
             self._part = None
         return earlier
-
-    def add(self, part: BatchPart, arrival_s: float) -> None:
-        """Append the entry of a batch (``part``) the item arrived in at
-        ``arrival_s``."""
-        if self._part is not None:
-            self.stages  # noqa: B018 - makes the entry before it whole
-        self._part, self._arrival = part, arrival_s
 
     def record(
         self,
