@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from microbatch.http import HttpApp
+from microbatch.serve.http_front import ConnectionLimits, Front
 
 
 @contextlib.asynccontextmanager
@@ -41,6 +42,30 @@ async def serving(app: HttpApp) -> AsyncIterator[httpx.AsyncClient]:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             yield client
+
+
+@contextlib.asynccontextmanager
+async def serving_natively(app: HttpApp) -> AsyncIterator[httpx.AsyncClient]:
+    """An httpx client talking to ``app`` over 127.0.0.1 through ``microbatch
+    serve``'s own connection layer (its routes without ASGI too), in this process,
+    inside the app's lifespan."""
+    async with lifespan(app):
+        front = Front(
+            app,
+            ConnectionLimits(),
+            app.native_predictors(),
+            app.record,
+            streams=app.native_streams(),
+        )
+        server = await asyncio.get_running_loop().create_server(front, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+                yield client
+        finally:
+            server.close()
+            front.close_all()
+            await server.wait_closed()
 
 
 def http_scope(

@@ -162,12 +162,15 @@ def parse_responses(data: bytes) -> list[Response]:
 
 
 class Harness:
-    """A front with an app over :class:`Doubler`, a fake clock, and connections."""
+    """A front with an app over :class:`Doubler` (or ``servable``), a fake clock,
+    and connections."""
 
-    def __init__(self, limits: ConnectionLimits = LIMITS, **config: Any) -> None:
-        self.servable = Doubler()
-        self.app = HttpApp(self.servable, HttpConfig(**config))  # type: ignore[arg-type]
+    def __init__(
+        self, limits: ConnectionLimits = LIMITS, servable: Any = None, **config: Any
+    ) -> None:
         self.clock = FakeClock(1000.0)
+        self.servable: Any = Doubler() if servable is None else servable
+        self.app = HttpApp(self.servable, HttpConfig(**config))
         self.recorded: list[tuple[str, int]] = []
         self.front = Front(
             self.app,
@@ -177,6 +180,7 @@ class Harness:
                 (route, status)
             ),
             clock=self.clock,
+            streams=self.app.native_streams(),
         )
 
     def connect(self) -> tuple[HttpConnection, FakeTransport]:

@@ -8,14 +8,17 @@ import asyncio
 import json
 import signal
 import threading
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import httpx
 import msgspec
+import pytest
 
 from microbatch import Model, Service, Stage
 from microbatch.http import HttpApp
-from tests.http.conftest import serving
+from tests.http.conftest import serving, serving_natively
 from tests.serve.test_server import running
 from tests.stream_exchange import check_stream_exchange
 
@@ -23,6 +26,16 @@ from .models import Counter, Name
 
 HANG_GUARD_S = 60.0
 SSE, NDJSON, MSGPACK = "text/event-stream", "application/x-ndjson", "application/msgpack"
+
+
+Serve = Callable[[HttpApp], AbstractAsyncContextManager[httpx.AsyncClient]]
+
+
+@pytest.fixture(params=["asgi", "native"])
+def serve(request: pytest.FixtureRequest) -> Serve:
+    """Each in-process test twice: through the ASGI app, and through ``microbatch
+    serve``'s own connection layer on 127.0.0.1 (streams written without ASGI)."""
+    return serving if request.param == "asgi" else serving_natively
 
 
 def counter_app() -> HttpApp:
@@ -39,8 +52,8 @@ def sse_events(body: str) -> list[tuple[str, Any]]:
     return events
 
 
-async def test_server_sent_events() -> None:
-    async with serving(counter_app()) as client:
+async def test_server_sent_events(serve: Serve) -> None:
+    async with serve(counter_app()) as client:
         reply = await client.post("/stream", json="a:3", headers={"accept": "text/event-stream"})
     assert reply.status_code == 200
     assert reply.headers["content-type"] == "text/event-stream"
@@ -52,8 +65,8 @@ async def test_server_sent_events() -> None:
     ]
 
 
-async def test_newline_delimited_json_and_msgpack() -> None:
-    async with serving(counter_app()) as client:
+async def test_newline_delimited_json_and_msgpack(serve: Serve) -> None:
+    async with serve(counter_app()) as client:
         ndjson = await client.post(
             "/stream", json="b:2", headers={"accept": "application/x-ndjson"}
         )
@@ -71,8 +84,8 @@ async def test_newline_delimited_json_and_msgpack() -> None:
     }
 
 
-async def test_predict_streams_when_asked_to() -> None:
-    async with serving(counter_app()) as client:
+async def test_predict_streams_when_asked_to(serve: Serve) -> None:
+    async with serve(counter_app()) as client:
         streamed = await client.post(
             "/predict", json="d:2", headers={"accept": "text/event-stream"}
         )
@@ -81,8 +94,8 @@ async def test_predict_streams_when_asked_to() -> None:
     assert whole.json() == ["d-0", "d-1"]
 
 
-async def test_an_error_after_the_first_chunk_is_the_final_event() -> None:
-    async with serving(counter_app()) as client:
+async def test_an_error_after_the_first_chunk_is_the_final_event(serve: Serve) -> None:
+    async with serve(counter_app()) as client:
         reply = await client.post("/stream", json="e:5:fail@2")
     assert reply.status_code == 200
     assert sse_events(reply.text) == [
@@ -92,8 +105,8 @@ async def test_an_error_after_the_first_chunk_is_the_final_event() -> None:
     ]
 
 
-async def test_an_error_before_the_first_chunk_is_its_status() -> None:
-    async with serving(counter_app()) as client:
+async def test_an_error_before_the_first_chunk_is_its_status(serve: Serve) -> None:
+    async with serve(counter_app()) as client:
         failed = await client.post("/stream", json="f:5:fail@0")
         Counter.gate = threading.Event()
         late = await client.post("/stream", json="g:2", headers={"x-first-chunk-timeout-ms": "50"})
@@ -104,8 +117,8 @@ async def test_an_error_before_the_first_chunk_is_its_status() -> None:
     assert late.json()["error"] == "DeadlineExceeded"
 
 
-async def test_a_deadline_after_the_first_chunk_is_an_error_event() -> None:
-    async with serving(counter_app()) as client:
+async def test_a_deadline_after_the_first_chunk_is_an_error_event(serve: Serve) -> None:
+    async with serve(counter_app()) as client:
         reply = await client.post("/stream", json="pid", headers={"x-request-timeout-ms": "100"})
     events = sse_events(reply.text)
     assert reply.status_code == 200 and events[0][0] == "chunk"
@@ -113,8 +126,8 @@ async def test_a_deadline_after_the_first_chunk_is_an_error_event() -> None:
     assert all(event == "chunk" for event, _ in events[:-1])
 
 
-async def test_overload_is_503_before_the_stream_starts() -> None:
-    async with serving(counter_app()) as client:
+async def test_overload_is_503_before_the_stream_starts(serve: Serve) -> None:
+    async with serve(counter_app()) as client:
         Counter.gate = threading.Event()
         running = asyncio.ensure_future(client.post("/stream", json="h:1"))
         await asyncio.sleep(0.1)  # its first step is held at the gate
@@ -133,8 +146,8 @@ class OneShot(Model):
         return batch
 
 
-async def test_no_stream_route_for_a_model_that_does_not_stream() -> None:
-    async with serving(HttpApp(Service(Stage(OneShot, mode="thread")))) as client:
+async def test_no_stream_route_for_a_model_that_does_not_stream(serve: Serve) -> None:
+    async with serve(HttpApp(Service(Stage(OneShot, mode="thread")))) as client:
         assert (await client.post("/stream", json=1)).status_code == 404
 
 
@@ -172,8 +185,8 @@ def test_sigterm_lets_an_open_stream_finish() -> None:
         assert server.process.wait(HANG_GUARD_S) == 0
 
 
-async def test_stream_metrics() -> None:
-    async with serving(counter_app()) as client:
+async def test_stream_metrics(serve: Serve) -> None:
+    async with serve(counter_app()) as client:
         await client.post("/stream", json="a:3")
         await client.post("/stream", json="b:2:fail@1")
         text = (await client.get("/metrics")).text
@@ -193,8 +206,8 @@ async def test_stream_metrics() -> None:
     assert samples[f"microbatch_steps_total{{{stage}}}"] >= 3
 
 
-async def test_the_stream_route_is_documented() -> None:
-    async with serving(counter_app()) as client:
+async def test_the_stream_route_is_documented(serve: Serve) -> None:
+    async with serve(counter_app()) as client:
         document = (await client.get("/openapi.json")).json()
     operation = document["paths"]["/stream"]["post"]
     assert operation["operationId"] == "stream"
@@ -206,9 +219,9 @@ async def test_the_stream_route_is_documented() -> None:
     assert "X-First-Chunk-Timeout-Ms" in [p["name"] for p in operation["parameters"]]
 
 
-async def test_a_pipeline_streams_its_whole_path_and_its_streaming_stage() -> None:
+async def test_a_pipeline_streams_its_whole_path_and_its_streaming_stage(serve: Serve) -> None:
     pipeline = Service(Stage(Name, mode="thread"), Stage(Counter, mode="thread"))
-    async with serving(HttpApp(pipeline)) as client:
+    async with serve(HttpApp(pipeline)) as client:
         whole = await client.post("/stream", json=2, headers={"accept": NDJSON})
         alone = await client.post("/stream/Counter", json="c:1", headers={"accept": NDJSON})
         none = await client.post("/stream/Name", json=1)
@@ -225,9 +238,9 @@ def _length(item: str) -> float:
     return float(item.split(":")[1])
 
 
-async def test_an_item_over_the_cost_budget_is_422_before_the_stream_starts() -> None:
+async def test_an_item_over_the_cost_budget_is_422_before_the_stream_starts(serve: Serve) -> None:
     stage = Stage(Counter, mode="thread", max_batch_size=4, cost_fn=_length, max_batch_cost=6)
-    async with serving(HttpApp(Service(stage))) as client:
+    async with serve(HttpApp(Service(stage))) as client:
         refused = await client.post("/stream", json="big:7")
         fits = await client.post("/stream", json="ok:2", headers={"accept": "application/x-ndjson"})
     assert refused.status_code == 422

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from ..http.asgi import Message, Receive, Scope, Send
 from ..http.predict import Predictor
+from ..http.stream_route import StreamRoute
 from .server import GrpcServer
 
 __all__ = ["DrainableApp", "WithGrpc"]
@@ -38,6 +39,9 @@ class DrainableApp(Protocol):
 
     def native_predictors(self) -> dict[str, Predictor]:
         """The routes a server may answer without ASGI."""
+
+    def native_streams(self) -> dict[str, StreamRoute]:
+        """The stream routes a server may answer without ASGI."""
 
     def record(self, route: str, status: int, seconds: float, request_id: str, client: str) -> None:
         """Count one request answered without ASGI."""
@@ -78,6 +82,10 @@ class WithGrpc:
     def native_predictors(self) -> dict[str, Predictor]:
         """The HTTP app's: gRPC adds none."""
         return self.app.native_predictors()
+
+    def native_streams(self) -> dict[str, StreamRoute]:
+        """The HTTP app's: gRPC adds none."""
+        return self.app.native_streams()
 
     def record(self, route: str, status: int, seconds: float, request_id: str, client: str) -> None:
         """Count one request answered without ASGI in the HTTP app's metrics."""

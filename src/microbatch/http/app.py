@@ -22,12 +22,12 @@ from ..logs import current_request_id
 
 if TYPE_CHECKING:
     from ..tracing import Tracer
-from ..types import Servable, StreamingServable, deadline_from
+from ..types import Servable, StreamingServable
 from . import request_body
 from .access_log import log_access, log_access_line
 from .asgi import Receive, Scope, Send, header, send_response
 from .bearer import authorize, expected_authorization
-from .codecs import CODECS, JSON, Decoder, codec_for_content_type
+from .codecs import CODECS, JSON, Decoder
 from .config import HttpConfig
 from .error_log import RepeatedErrorLog
 from .inference_v2 import v2_routes
@@ -45,13 +45,8 @@ from .routing import CLIENT_CLOSED, ClientGone, Handler, RouteTable, until_disco
 from .schema import add_protocol_operations, docs_page, openapi_document
 from .server_timing import ResponseTiming, forget, note_error, noted, tell_timing
 from .status import MethodNotAllowed, NotFound, NotReady, error_reply
-from .streams import (
-    add_stream_operations,
-    first_chunk_timeout_s,
-    framing_for_accept,
-    send_stream,
-    wants_stream,
-)
+from .stream_route import StreamRoute
+from .streams import add_stream_operations, send_stream, wants_stream
 
 __all__ = ["HttpApp", "HttpConfig", "app"]
 
@@ -119,9 +114,15 @@ class HttpApp:
         for route, (input_type, _) in target.routes.items():
             handler = partial(self._predict, route=route, decoders=_decoders(input_type))
             self._routes[f"/predict/{route}"] = ("POST", handler, True)
+        # A stream route per stream path, and per predict path that streams when asked.
+        self._stream_routes: dict[str, StreamRoute] = {}
         for stage_route in stream_routes:  # POST /stream: the chunks as they come
-            decoders = None if stage_route is None else _decoders(target.routes[stage_route][0])
-            handler = partial(self._stream, route=stage_route, decoders=decoders)
+            decoders = (
+                self._decoders if stage_route is None else _decoders(target.routes[stage_route][0])
+            )
+            for path in (_stream_path(stage_route), _predict_path(stage_route)):
+                self._stream_routes[path] = self._stream_route(stage_route, decoders, path)
+            handler = partial(self._stream, path=_stream_path(stage_route))
             self._routes[_stream_path(stage_route)] = ("POST", handler, True)
         self._routes.update(v2_routes(self, {target.name: InferenceModel(target)}))
         embeddings = embedding_routes(self, {target.name: target})
@@ -158,17 +159,46 @@ class HttpApp:
             self.tracer,
         )
 
+    def _stream_route(
+        self, route: str | None, decoders: dict[str, Decoder], label: str
+    ) -> StreamRoute:
+        assert self._streaming is not None
+        return StreamRoute(
+            self,
+            self._streaming,
+            route,
+            decoders,
+            self.config.default_timeout_s,
+            self.config.max_body_bytes,
+            self._expected_authorization,
+            label,
+            self._request_ids.for_request,
+            self._errors.failed,
+            self.config.server_timing,
+            self.tracer,
+        )
+
     def native_predictors(self) -> dict[str, Predictor]:
         """The predict routes a server may call without ASGI (see :mod:`.predict`),
-        by path: those whose entry in the route table is still the app's own and
-        that have no stream form (``/predict`` with ``Accept: text/event-stream``
-        streams, which only the ASGI path does)."""
+        by path: those whose entry in the route table is still the app's own (one
+        with a stream form streams when ``Accept`` asks: see :meth:`native_streams`)."""
         return {
             path: predictor
             for path, predictor in self._predictors.items()
-            if path in self._routes
-            and _same_handler(self._routes[path][1], self)
-            and _stream_path(self._predictors[path].route) not in self._routes
+            if path in self._routes and _same_handler(self._routes[path][1], self)
+        }
+
+    def native_streams(self) -> dict[str, StreamRoute]:
+        """The stream routes a server may call without ASGI (see :mod:`.stream_route`),
+        by path: each ``/stream`` path whose entry in the route table is still the
+        app's own, and each native predict path with a stream form (taken when
+        ``Accept`` asks for a stream, see :func:`~.streams.wants_stream`)."""
+        predictors = self.native_predictors()
+        return {
+            path: route
+            for path, route in self._stream_routes.items()
+            if path in predictors
+            or (path in self._routes and _same_handler(self._routes[path][1], self))
         }
 
     def record(self, route: str, status: int, seconds: float, request_id: str, client: str) -> None:
@@ -255,7 +285,7 @@ class HttpApp:
     ) -> int:
         accept = header(scope, b"accept")
         if wants_stream(accept) and _stream_path(route) in self._routes:
-            return await self._stream(scope, receive, send, route, decoders)
+            return await self._stream(scope, receive, send, _predict_path(route))
         predictor = self._predictors[_predict_path(route)]
         deadline, decode, encoder = predictor.check(scope["headers"], authorize=False)
         item = decode(await self.read_body(scope, receive))
@@ -269,42 +299,18 @@ class HttpApp:
         await send_response(send, 200, body, encoder.media_type)
         return 200
 
-    async def _stream(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        route: str | None = None,
-        decoders: dict[str, Decoder] | None = None,
-    ) -> int:
-        """``POST /stream``: the item's chunks as SSE, NDJSON or msgpack messages
-        (see ``http/streams.py``); errors before the first chunk are plain errors."""
-        if self._draining:
-            raise NotReady("the server is shutting down")
+    async def _stream(self, scope: Scope, receive: Receive, send: Send, path: str) -> int:
+        """``POST /stream`` (or a predict path asked for a stream): the item's chunks
+        as SSE, NDJSON or msgpack messages (see ``http/streams.py``); errors before
+        the first chunk are plain errors."""
+        route = self._stream_routes[path]
+        request = route.check(scope["headers"], authorize=False)
         told = noted()
         if told is not None:  # its head tells the wait for the first chunk
             told.stream = True
-        assert self._streaming is not None
-        deadline = deadline_from(self.timeout_s(scope))
-        first_chunk_deadline = deadline_from(first_chunk_timeout_s(scope), deadline)
-        framing = framing_for_accept(header(scope, b"accept"))
-        content_type = codec_for_content_type(header(scope, b"content-type")).name
-        decode = (self._decoders if decoders is None else decoders)[content_type]
-        item = decode(await self.read_body(scope, receive))
-        if self.tracer is not None:  # a span per stream
-            traced = self.tracer.stream_span(scope["path"], scope["headers"])
-            chunks = traced.open(
-                self._streaming.stream,
-                item,
-                deadline=deadline,
-                route=route,
-                first_chunk_deadline=first_chunk_deadline,
-            )
-        else:
-            chunks = self._streaming.stream(
-                item, deadline=deadline, route=route, first_chunk_deadline=first_chunk_deadline
-            )
-        return await send_stream(scope, receive, send, chunks, framing)
+        body = await self.read_body(scope, receive)
+        chunks = route.open(request, body, scope["headers"])
+        return await send_stream(scope, receive, send, chunks, request.framing)
 
     async def _live(self, scope: Scope, receive: Receive, send: Send) -> int:
         await send_response(send, 200, b'{"status":"live"}', JSON.media_type)
@@ -399,8 +405,9 @@ async def _awaited(awaitable: Awaitable[Any]) -> Any:
 
 
 def _same_handler(handler: Handler, app: HttpApp) -> bool:
-    """Whether ``handler`` is the app's own predict handler (not replaced since)."""
-    return handler == app._predict or getattr(handler, "func", None) == app._predict
+    """Whether ``handler`` is the app's own predict or stream handler (not replaced since)."""
+    own = (app._predict, app._stream)
+    return handler in own or getattr(handler, "func", None) in own
 
 
 def app(

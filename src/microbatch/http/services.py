@@ -39,6 +39,7 @@ from .routing import CLIENT_CLOSED, RouteTable
 from .server_timing import ResponseTiming, forget, note_error, tell_timing
 from .service_metrics import ServicesMetrics
 from .status import ErrorBody, MethodNotAllowed, NotFound, NotReady, error_reply
+from .stream_route import StreamRoute
 
 __all__ = ["Services"]
 
@@ -81,6 +82,10 @@ class Services:
 
     def native_predictors(self) -> dict[str, Predictor]:
         """None: every route of several services goes through ASGI (``/{name}/...``)."""
+        return {}
+
+    def native_streams(self) -> dict[str, StreamRoute]:
+        """None, as :meth:`native_predictors`."""
         return {}
 
     def record(self, route: str, status: int, seconds: float, request_id: str, client: str) -> None:

@@ -33,7 +33,7 @@ import sys
 import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -44,7 +44,6 @@ from .asgi import (
     Scope,
     Send,
     extension,
-    header,
 )
 from .codecs import NotAcceptable, encode_hook
 from .status import BadRequest, UnencodableResult, error_reply
@@ -56,11 +55,13 @@ __all__ = [
     "SSE",
     "STREAM_MSGPACK",
     "Framing",
+    "StreamOut",
     "add_stream_operations",
-    "first_chunk_timeout_s",
+    "first_chunk_timeout_from",
     "framing_for_accept",
     "send_stream",
     "wants_stream",
+    "write_stream",
 ]
 
 CLIENT_CLOSED = 499
@@ -173,13 +174,13 @@ def wants_stream(accept: bytes | None) -> bool:
     return bool(kinds & {b"text/event-stream", b"application/x-ndjson", b"application/jsonl"})
 
 
-def first_chunk_timeout_s(scope: Scope) -> float | None:
-    """Seconds the client waits for the first chunk (``X-First-Chunk-Timeout-Ms``).
+def first_chunk_timeout_from(given: bytes | None) -> float | None:
+    """Seconds the client waits for the first chunk, from its
+    ``X-First-Chunk-Timeout-Ms`` value (None: no such header).
 
     Raises:
-        BadRequest: The header is not a number of milliseconds > 0.
+        BadRequest: The value is not a number of milliseconds > 0.
     """
-    given = header(scope, FIRST_CHUNK_TIMEOUT_HEADER)
     if given is None:
         return None
     try:
@@ -191,10 +192,29 @@ def first_chunk_timeout_s(scope: Scope) -> float | None:
     return milliseconds / 1000.0
 
 
+class StreamOut(Protocol):
+    """Where :func:`write_stream` writes one streaming response: the one contract
+    between the chunk loop and a transport (the ASGI ``send``, or ``microbatch
+    serve``'s connection)."""
+
+    async def begin(self, first: bytes) -> None:
+        """Send the response's head (200) and its first message (may be empty)."""
+
+    async def more(self, body: bytes) -> None:
+        """Send one more message, waiting while the client reads slower than we write."""
+
+    def write_now(self, body: bytes) -> bool:
+        """Write one more message at once, from a plain callback, and return True; or
+        write nothing and return False (the client is gone or reads slowly)."""
+
+    async def end(self, final: bytes) -> None:
+        """Send the last message: the response is complete."""
+
+
 async def send_stream(
     scope: Scope, receive: Receive, send: Send, chunks: AsyncIterator[Any], framing: Framing
 ) -> int:
-    """Send ``chunks`` as one streaming response; return the status for metrics
+    """Send ``chunks`` as one streaming ASGI response; return the status for metrics
     (:data:`CLIENT_CLOSED` when the client left first).
 
     Raises:
@@ -219,8 +239,8 @@ async def send_stream(
         watcher = asyncio.get_running_loop().create_task(_on_disconnect(receive, cancel))
     writer = extension(scope, BODY_WRITER_EXTENSION)
     try:
-        return await _send_chunks(
-            send, chunks, framing, None if writer is None else writer["write"]
+        return await write_stream(
+            _AsgiOut(send, framing, None if writer is None else writer["write"]), chunks, framing
         )
     except asyncio.CancelledError:
         if not gone:
@@ -237,12 +257,57 @@ async def send_stream(
             await closing()
 
 
-async def _send_chunks(
-    send: Send,
-    chunks: AsyncIterator[Any],
-    framing: Framing,
-    write: Callable[[bytes], bool] | None = None,
-) -> int:
+class _AsgiOut:
+    """:class:`StreamOut` over an ASGI ``send`` (and the server's body writer, when
+    it offers one)."""
+
+    __slots__ = ("_framing", "_send", "_write")
+
+    def __init__(self, send: Send, framing: Framing, write: Callable[[bytes], bool] | None) -> None:
+        self._send = send
+        self._framing = framing
+        self._write = write
+
+    async def begin(self, first: bytes) -> None:
+        await self._send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", self._framing.media_type),
+                    (b"cache-control", b"no-cache"),
+                    (b"x-accel-buffering", b"no"),  # proxies: pass each message on at once
+                ],
+            }
+        )
+        if first:
+            await self.more(first)
+
+    async def more(self, body: bytes) -> None:
+        await self._send({"type": "http.response.body", "body": body, "more_body": True})
+
+    def write_now(self, body: bytes) -> bool:
+        return self._write is not None and self._write(body)
+
+    async def end(self, final: bytes) -> None:
+        await self._send({"type": "http.response.body", "body": final, "more_body": False})
+
+    @property
+    def writes_now(self) -> bool:
+        """Whether :meth:`write_now` can ever write (the server gave a body writer)."""
+        return self._write is not None
+
+
+async def write_stream(out: StreamOut, chunks: AsyncIterator[Any], framing: Framing) -> int:
+    """Write ``chunks`` to ``out`` as ``framing``'s messages: the head with the first
+    chunk, the next chunks as they come (those a step made for many streams are
+    written from one callback, see :class:`_DirectWriter`), then the end or, after
+    the first chunk, the stream's error as the final message. Returns 200.
+
+    Raises:
+        Exception: The stream's error before its first chunk (nothing was sent: the
+            caller answers it with its status).
+    """
     try:
         first: bytes | None = framing.chunk(await chunks.__anext__())
     except StopAsyncIteration:
@@ -251,23 +316,14 @@ async def _send_chunks(
         raise UnencodableResult(
             f"a chunk cannot be encoded for {framing.media_type.decode()}"
         ) from error
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [
-                (b"content-type", framing.media_type),
-                (b"cache-control", b"no-cache"),
-                (b"x-accel-buffering", b"no"),  # proxies: pass each message on at once
-            ],
-        }
-    )
     sent = 0
-    if first is not None:
-        await send({"type": "http.response.body", "body": first, "more_body": True})
+    if first is None:
+        await out.begin(b"")
+    else:
+        await out.begin(first)
         sent = 1
         take_ready: Callable[[], list[Any]] | None = getattr(chunks, "take_ready", None)
-        direct = _DirectWriter.for_stream(chunks, framing, write)
+        direct = _DirectWriter.for_stream(chunks, framing, out)
         try:
             while True:
                 # Chunks that piled up while this writer waited go in one write.
@@ -284,20 +340,19 @@ async def _send_chunks(
                             direct.detach()
                     if take_ready is not None:
                         ready += take_ready()
-                body = b"".join(framing.chunk(one) for one in ready)
-                await send({"type": "http.response.body", "body": body, "more_body": True})
+                await out.more(b"".join(framing.chunk(one) for one in ready))
                 sent += len(ready)
         except Exception as error:  # after the first chunk: the final message says it
             reply = error_reply(error)
-            final = framing.error(
-                {"error": reply.error, "message": reply.message, "status": reply.status}
+            await out.end(
+                framing.error(
+                    {"error": reply.error, "message": reply.message, "status": reply.status}
+                )
             )
-            await send({"type": "http.response.body", "body": final, "more_body": False})
             return 200
         if direct is not None:
             sent += direct.sent
-    final = framing.end({"status": "complete", "chunks": sent})
-    await send({"type": "http.response.body", "body": final, "more_body": False})
+    await out.end(framing.end({"status": "complete", "chunks": sent}))
     return 200
 
 
@@ -324,12 +379,14 @@ class _DirectWriter:
 
     @classmethod
     def for_stream(
-        cls, chunks: AsyncIterator[Any], framing: Framing, write: Callable[[bytes], bool] | None
+        cls, chunks: AsyncIterator[Any], framing: Framing, out: StreamOut
     ) -> _DirectWriter | None:
-        """A writer for ``chunks`` if both the stream and the server allow it."""
-        if write is None or not hasattr(chunks, "on_chunk") or not hasattr(chunks, "unread"):
+        """A writer for ``chunks`` if both the stream and the transport allow it."""
+        if not getattr(out, "writes_now", True):
             return None
-        return cls(chunks, framing, write, _Outbox.of(asyncio.get_running_loop()))
+        if not hasattr(chunks, "on_chunk") or not hasattr(chunks, "unread"):
+            return None
+        return cls(chunks, framing, out.write_now, _Outbox.of(asyncio.get_running_loop()))
 
     def attach(self) -> None:
         """From now on the stream's chunks come here (the task waits for the end)."""

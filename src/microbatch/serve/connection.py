@@ -16,7 +16,10 @@ the headers the route reads are taken from one list, the body is decoded with
 msgspec from its bytes, the servable's ``submit`` runs in one task, and the
 response goes out in one write. One timer per connection serves every request: it
 is moved only to an earlier time, and re-armed when it fires before a deadline that
-moved later. Every other route goes through the ASGI app (:mod:`.asgi_cycle`).
+moved later. A stream (``POST /stream``, or a predict path whose ``Accept`` asks for
+one) skips ASGI too: one task writes its chunks straight to the transport
+(:mod:`.stream_path`). Every other route goes through the ASGI app
+(:mod:`.asgi_cycle`).
 """
 
 from __future__ import annotations
@@ -34,11 +37,12 @@ import httptools
 from ..http.asgi import BODY_DEADLINE_EXTENSION, DISCONNECT_EXTENSION
 from ..http.request_id import REQUEST_ID_HEADER
 from ..http.status import BodyTooLarge
+from ..http.streams import wants_stream
 from .asgi_cycle import AsgiCycle
 from .chunked import TOO_LONG, ChunkedEnd
-from .fast_path import FastPath
 from .limits import BODY, CLOSED, HEAD, WAIT, ConnectionOwner
 from .responses import BAD_REQUEST, CONTINUE, HEADERS_TOO_LARGE, SERVICE_UNAVAILABLE
+from .stream_path import StreamPath
 
 __all__ = ["HttpConnection"]
 
@@ -58,7 +62,7 @@ class _ClosedParser:
 _CLOSED_PARSER: Any = _ClosedParser()
 
 
-class HttpConnection(FastPath):
+class HttpConnection(StreamPath):
     """One client connection (see the module's docstring).
 
     Args:
@@ -240,6 +244,8 @@ class HttpConnection(FastPath):
         self._body_size = 0
         self._predictor = None
         self._checked = None
+        self._stream_route = None
+        self._stream_request = None
         self._cycle = None
         self._timing = None
 
@@ -266,7 +272,8 @@ class HttpConnection(FastPath):
             self._continue = value.lower() == b"100-continue"
 
     def on_headers_complete(self) -> None:
-        """The request's headers are in: take it on the fast path or through ASGI."""
+        """The request's headers are in: take it on the fast path, as a stream, or
+        through ASGI."""
         if self._ignore_parser:
             return
         parser = self._parser
@@ -279,14 +286,26 @@ class HttpConnection(FastPath):
         method = parser.get_method()
         url = self._url
         path, _, query = url.partition(b"?")
-        predictor = self._front.predictors.get(path) if method == b"POST" else None
+        if method != b"POST":
+            self._start_asgi(method, path, query)
+            return
+        front = self._front
+        streams = front.streams
+        if streams:  # a stream route, or a predict path whose Accept asks for a stream
+            route = streams.get(path)
+            if route is not None and (
+                path not in front.predictors or wants_stream(self._header(b"accept"))
+            ):
+                self._take_stream(route, has_body)
+                return
+        predictor = front.predictors.get(path)
         if predictor is not None:
             self._predictor = predictor
             self._request_id = predictor.request_id(self._header(REQUEST_ID_HEADER))
             try:
                 self._checked = predictor.check(self._headers)
             except Exception as error:
-                self._answer_error(error, predictor.label)  # the body is read and dropped
+                self._answer_error(error, predictor)  # the body is read and dropped
                 return
             if has_body and self._continue:
                 self._write(CONTINUE)
@@ -308,11 +327,11 @@ class HttpConnection(FastPath):
             return
         self._body.append(body)
         self._body_size += len(body)
-        predictor = self._predictor
-        if predictor is not None and self._body_size > predictor.max_body_bytes:
+        route = self._predictor or self._stream_route
+        if route is not None and self._body_size > route.max_body_bytes:
             self._answer_error(
-                BodyTooLarge(f"the body is over the limit of {predictor.max_body_bytes} bytes"),
-                predictor.label,
+                BodyTooLarge(f"the body is over the limit of {route.max_body_bytes} bytes"),
+                route,
             )
 
     def on_message_complete(self) -> None:
@@ -332,14 +351,16 @@ class HttpConnection(FastPath):
             return
         predictor, checked = self._predictor, self._checked
         if predictor is None or checked is None:
+            stream_route, stream_request = self._stream_route, self._stream_request
+            if stream_route is not None and stream_request is not None:
+                self._open_stream(stream_route, stream_request, self._take_whole_body())
             return
-        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
-        self._body = []
+        body = self._take_whole_body()
         try:
             timing = self._timing = predictor.timing(self._headers, self._started)
             pending = predictor.submit(checked, body, timing)
         except Exception as error:
-            self._answer_error(error, predictor.label)
+            self._answer_error(error, predictor)
             return
         if isinstance(pending, asyncio.Future):  # queued: no task, a callback
             self._pending = pending
@@ -349,7 +370,10 @@ class HttpConnection(FastPath):
         predicted = self._predict(pending, checked.encoder, predictor, timing)
         self._task = self._loop.create_task(predicted)
 
-    # -- the fast path -----------------------------------------------------------
+    def _take_whole_body(self) -> bytes:
+        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        self._body = []
+        return body
 
     # -- the ASGI path -----------------------------------------------------------
 
@@ -395,13 +419,6 @@ class HttpConnection(FastPath):
         elif not (self._buffer and self._phase == WAIT):
             self._resume_reading()
 
-    async def drained(self) -> None:
-        """Until the transport's buffer is below its high-water mark."""
-        if self._write_paused and self._phase != CLOSED:
-            waiter = self._loop.create_future()
-            self._drain_waiters.append(waiter)
-            await waiter
-
     def abort(self) -> None:
         """Close now, without a response."""
         self._close()
@@ -439,6 +456,8 @@ class HttpConnection(FastPath):
         self._cycle = None
         self._predictor = None
         self._checked = None
+        self._stream_route = None
+        self._stream_request = None
         self._head_since = now = self._clock.now()
         limits = self._limits
         self._read_by(now + min(limits.header_timeout_s, limits.keep_alive_s))

@@ -15,6 +15,7 @@ from typing import Any
 from ..clock import Timer
 from ..http.codecs import JSON, Codec
 from ..http.predict import Checked, Predictor
+from ..http.stream_route import StreamRequest, StreamRoute
 from ..timing import Timing, failure_line
 from .asgi_cycle import AsgiCycle
 from .chunked import ChunkedEnd
@@ -75,6 +76,8 @@ class ConnectionBase(asyncio.Protocol):
         self._body_size = 0
         self._predictor: Predictor | None = None
         self._checked: Checked | None = None
+        self._stream_route: StreamRoute | None = None  # the request asks for a stream
+        self._stream_request: StreamRequest | None = None
         self._started = 0.0
         self._request_id = ""
         self._client = "-"
@@ -105,6 +108,13 @@ class ConnectionBase(asyncio.Protocol):
         transport = self._transport
         if transport is not None and self._phase != CLOSED and not transport.is_closing():
             transport.write(data)
+
+    async def drained(self) -> None:
+        """Until the transport's buffer is below its high-water mark."""
+        if self._write_paused and self._phase != CLOSED:
+            waiter = self._loop.create_future()
+            self._drain_waiters.append(waiter)
+            await waiter
 
     def _read_by(self, due: float) -> None:
         """Set the read deadline. The one timer is moved only to an earlier time; when

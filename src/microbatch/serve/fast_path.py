@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from ..http.codecs import Codec
 from ..http.predict import Predictor, encode_result, error_response
@@ -18,11 +18,21 @@ from .connection_base import ConnectionBase
 from .limits import CLOSED
 from .responses import head, ok_head
 
-__all__ = ["FastPath"]
+__all__ = ["FastPath", "NativeRoute"]
 
 _CLOSE = b"connection: close\r\n"
 _KEEP_ALIVE = b"connection: keep-alive\r\n"
 _CLIENT_CLOSED = 499  # recorded in metrics only: nobody is left to answer
+
+
+class NativeRoute(Protocol):
+    """What answering a route's errors needs of it (a :class:`Predictor`, or a
+    :class:`~microbatch.http.stream_route.StreamRoute`)."""
+
+    label: str
+    max_body_bytes: int
+    tells: bool
+    failed: Callable[[str, BaseException], None]
 
 
 class FastPath(ConnectionBase):
@@ -45,7 +55,7 @@ class FastPath(ConnectionBase):
         try:
             body = encode_result(self._encoder, future.result())
         except Exception as error:
-            self._answer_error(error, predictor.label)
+            self._answer_error(error, predictor)
             return
         self._answer(body, self._encoder, predictor, self._timing)
 
@@ -60,7 +70,7 @@ class FastPath(ConnectionBase):
             return  # the client went away (the only canceller)
         except Exception as error:
             self._task = None
-            self._answer_error(error, predictor.label)
+            self._answer_error(error, predictor)
             return
         self._task = None
         self._answer(body, encoder, predictor, timing)
@@ -79,23 +89,21 @@ class FastPath(ConnectionBase):
         self._record(predictor.label, 200, now)
         self.response_complete(200)
 
-    def _answer_error(self, error: Exception, label: str) -> None:
+    def _answer_error(self, error: Exception, route: NativeRoute) -> None:
         """Answer the current request with an error response."""
         if self._phase == CLOSED:
-            self._record(label, _CLIENT_CLOSED)
+            self._record(route.label, _CLIENT_CLOSED)
             return
-        predictor = self._predictor
-        assert predictor is not None  # only the fast path answers errors here
         status, body, media_type, headers = error_response(
-            error, self._header(b"accept"), self._request_id, predictor.failed
+            error, self._header(b"accept"), self._request_id, route.failed
         )
         lines = self._request_id_line() + self._connection_line()
         now = time.monotonic()
-        if predictor.tells:  # what is known: the stage it failed in, time there, total
+        if route.tells:  # what is known: the stage it failed in, time there, total
             name = error_reply(error).error
             lines += failure_line(self._timing, now - self._started, now, name)
         self._write(head(status, media_type, len(body), headers, lines) + body)
-        self._record(label, status, now)
+        self._record(route.label, status, now)
         self.response_complete(status)
 
     def _record(self, label: str, status: int, now: float | None = None) -> None:

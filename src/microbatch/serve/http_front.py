@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 from ..clock import Clock
 from ..http.predict import Predictor
+from ..http.stream_route import StreamRoute
 from .connection import HttpConnection
 from .limits import AsgiApp, ConnectionLimits, Record
 
@@ -23,10 +24,12 @@ class Front:
         app: The ASGI app (every route that is not a fast one).
         limits: The connection limits.
         predictors: Fast routes by path (see :meth:`HttpApp.native_predictors`).
-        record: Records a finished fast request (route, status, seconds, request id,
-            client address).
+        record: Records a finished fast request or stream (route, status, seconds,
+            request id, client address).
         clock: Reads the time and sets the connections' timers; by default the
             running loop's (tests pass a :class:`~microbatch.testing.FakeClock`).
+        streams: Stream routes by path, answered without ASGI (see
+            :meth:`HttpApp.native_streams`).
     """
 
     def __init__(
@@ -36,11 +39,13 @@ class Front:
         predictors: Mapping[str, Predictor] | None = None,
         record: Record | None = None,
         clock: Clock | None = None,
+        streams: Mapping[str, StreamRoute] | None = None,
     ) -> None:
         self.app = app
         self.clock = clock
         self.limits = limits
         self.predictors = {path.encode(): p for path, p in (predictors or {}).items()}
+        self.streams = {path.encode(): s for path, s in (streams or {}).items()}
         self.record: Record = record if record is not None else _ignore
         self.connections: set[HttpConnection] = set()
         self.closing = False

@@ -12,6 +12,7 @@ from ..clock import Clock
 
 if TYPE_CHECKING:
     from ..http.predict import Predictor
+    from ..http.stream_route import StreamRoute
 
 __all__ = [
     "BODY",
@@ -75,6 +76,10 @@ class ConnectionOwner(Protocol):
     @property
     def predictors(self) -> Mapping[bytes, Predictor]:
         """The fast routes by path."""
+
+    @property
+    def streams(self) -> Mapping[bytes, StreamRoute]:
+        """The stream routes answered without ASGI, by path."""
 
     @property
     def connections(self) -> set[Any]:

@@ -19,6 +19,7 @@ __all__ = [
     "head",
     "ok_head",
     "status_line",
+    "stream_head",
 ]
 
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -127,6 +128,30 @@ def ok_head(media_type: bytes, length: int, connection: bytes = b"") -> bytes:
             status_line(200) + b"content-type: " + media_type + b"\r\ncontent-length: "
         )
     return b"%s%d\r\n%s%s\r\n" % (prefix, length, _date.line(), connection)
+
+
+_STREAM_PREFIXES: dict[tuple[bytes, bool], bytes] = {}
+
+
+def stream_head(media_type: bytes, chunked: bool, lines: bytes = b"") -> bytes:
+    """The head of a ``200 OK`` stream: no length, chunked (HTTP/1.1) or running to
+    the close (HTTP/1.0), uncached, and not held back by proxies.
+
+    Args:
+        media_type: The ``content-type`` value.
+        chunked: Frame the body with ``transfer-encoding: chunked``.
+        lines: More header lines, each ending in CRLF.
+    """
+    prefix = _STREAM_PREFIXES.get((media_type, chunked))
+    if prefix is None:
+        prefix = _STREAM_PREFIXES[(media_type, chunked)] = (
+            status_line(200)
+            + b"content-type: "
+            + media_type
+            + b"\r\ncache-control: no-cache\r\nx-accel-buffering: no\r\n"
+            + (b"transfer-encoding: chunked\r\n" if chunked else b"")
+        )
+    return b"%s%s%s\r\n" % (prefix, _date.line(), lines)
 
 
 def date_line() -> bytes:

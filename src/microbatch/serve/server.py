@@ -21,6 +21,7 @@ import uvloop
 
 from ..http.asgi import Receive, Scope, Send
 from ..http.predict import Predictor
+from ..http.stream_route import StreamRoute
 from .acceptor import Acceptor
 from .drain import ShutdownSequence
 from .http_front import ConnectionLimits, Front
@@ -86,6 +87,9 @@ class ServedApp(Protocol):
 
     def native_predictors(self) -> dict[str, Predictor]:
         """The routes answered without ASGI, by path (may be empty)."""
+
+    def native_streams(self) -> dict[str, StreamRoute]:
+        """The stream routes answered without ASGI, by path (may be empty)."""
 
     def record(self, route: str, status: int, seconds: float, request_id: str, client: str) -> None:
         """Count (and access-log) one request answered without ASGI."""
@@ -162,7 +166,13 @@ async def _serve(
     except LifespanFailed as error:
         logger.error("the service did not start: %s", error)
         return STARTUP_FAILED
-    front = Front(app, limits_of(app, settings), app.native_predictors(), app.record)
+    front = Front(
+        app,
+        limits_of(app, settings),
+        app.native_predictors(),
+        app.record,
+        streams=app.native_streams(),
+    )
     stop = loop.create_future()
     signals = (signal.SIGTERM, signal.SIGINT)
 

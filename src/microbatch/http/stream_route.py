@@ -1,0 +1,192 @@
+"""``POST /stream`` (and ``/stream/{route}``, and a predict path asked for a stream)
+without a transport: what the ASGI app and ``microbatch serve``'s own connection
+layer both call, as :class:`~.predict.Predictor` is for one answer.
+
+A stream is taken in two steps, so that a server can refuse it before reading its
+body: :meth:`StreamRoute.check` reads the headers the route needs and works out the
+deadlines and the framing once; :meth:`StreamRoute.open` decodes the body and opens
+the servable's stream (under a span of its own when traced).
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from ..types import StreamingServable, deadline_from
+from .codecs import Decoder, codec_for_content_type
+from .predict import TIMEOUT_HEADER, DrainState, RawHeaders, timeout_from_header
+from .status import BadRequest, BodyTooLarge, NotReady, Unauthorized
+from .streams import (
+    FIRST_CHUNK_TIMEOUT_HEADER,
+    Framing,
+    first_chunk_timeout_from,
+    framing_for_accept,
+)
+
+if TYPE_CHECKING:
+    from ..tracing import Tracer
+
+__all__ = ["StreamRequest", "StreamRoute"]
+
+
+class StreamRequest(NamedTuple):
+    """A stream request whose headers passed: its deadlines, framing and body decoder."""
+
+    deadline: float | None
+    first_chunk_deadline: float | None
+    framing: Framing
+    decode: Decoder
+
+
+class StreamRoute:
+    """One stream route of an app, transport-neutral.
+
+    Args:
+        app: Whose draining state is read on every request.
+        servable: The served model.
+        route: The servable's route name, or None for the whole model.
+        decoders: A body decoder per codec name, for the route's input type.
+        default_timeout_s: A stream's deadline from its arrival (the whole stream).
+        max_body_bytes: Largest body (413 above it).
+        authorization: The exact ``Authorization`` value required, or None.
+        label: The path's name in metrics (``/stream``, or ``/predict`` asked for one).
+        request_id: The request's id from the client's ``X-Request-ID`` value.
+        failed: Logs a server error under its request id.
+        server_timing: Whether a stream's head tells ``Server-Timing`` (the wait
+            for its first chunk; an error's, what is known).
+        tracer: A span per stream (see :mod:`microbatch.tracing`), or None.
+    """
+
+    __slots__ = (
+        "_app",
+        "_authorization",
+        "_by_content_type",
+        "_decoders",
+        "_default_timeout_s",
+        "_servable",
+        "_tracer",
+        "failed",
+        "label",
+        "max_body_bytes",
+        "request_id",
+        "route",
+        "tells",
+    )
+
+    def __init__(
+        self,
+        app: DrainState,
+        servable: StreamingServable[Any, Any],
+        route: str | None,
+        decoders: dict[str, Decoder],
+        default_timeout_s: float,
+        max_body_bytes: int,
+        authorization: bytes | None,
+        label: str,
+        request_id: Callable[[bytes | None], str],
+        failed: Callable[[str, BaseException], None],
+        server_timing: bool = True,
+        tracer: Tracer | None = None,
+    ) -> None:
+        self._app = app
+        self._servable = servable
+        self.route = route
+        self._decoders = decoders
+        self._default_timeout_s = default_timeout_s
+        self.max_body_bytes = max_body_bytes
+        self._authorization = authorization
+        self.label = label
+        self.request_id = request_id
+        self.failed = failed
+        self.tells = server_timing
+        self._tracer = tracer
+        self._by_content_type: dict[bytes | None, Decoder] = {}
+
+    def check(self, headers: RawHeaders, *, authorize: bool = True) -> StreamRequest:
+        """Everything about a stream request that its headers decide, before its body
+        is read (in the order the errors are told).
+
+        Args:
+            headers: The request's headers, names in lower case.
+            authorize: Check the bearer token here (False where the caller did).
+
+        Raises:
+            Unauthorized: The token is required and missing or wrong (401).
+            NotReady: The app is draining (503).
+            BadRequest: ``X-Request-Timeout-Ms``, ``X-First-Chunk-Timeout-Ms`` or
+                ``Content-Length`` is not valid (400).
+            NotAcceptable: ``Accept`` names no stream framing (406).
+            UnsupportedMediaType: ``Content-Type`` is neither JSON nor msgpack (415).
+            BodyTooLarge: ``Content-Length`` is over the limit (413).
+        """
+        content_type = accept = timeout = first_timeout = length = authorization = None
+        for name, value in headers:  # one pass, only the names this route reads
+            if name == b"content-type":
+                content_type = value
+            elif name == b"accept":
+                accept = value
+            elif name == b"content-length":
+                length = value
+            elif name == TIMEOUT_HEADER:
+                timeout = value
+            elif name == FIRST_CHUNK_TIMEOUT_HEADER:
+                first_timeout = value
+            elif name == b"authorization":
+                authorization = value
+        expected = self._authorization
+        if (
+            authorize
+            and expected is not None
+            and not hmac.compare_digest(authorization or b"", expected)
+        ):
+            raise Unauthorized("a bearer token is required (Authorization: Bearer <token>)")
+        if self._app.draining:
+            raise NotReady("the server is shutting down")
+        if timeout is None:
+            deadline: float | None = time.monotonic() + self._default_timeout_s
+        else:
+            deadline = deadline_from(timeout_from_header(timeout, self._default_timeout_s))
+        first_chunk_deadline = deadline_from(first_chunk_timeout_from(first_timeout), deadline)
+        framing = framing_for_accept(accept)
+        decode = self._by_content_type.get(content_type)
+        if decode is None:
+            decode = self._decoders[codec_for_content_type(content_type).name]
+            if len(self._by_content_type) < 32:  # clients choose the keys: a few at most
+                self._by_content_type[content_type] = decode
+        if length is not None:
+            try:
+                size = int(length)
+            except ValueError:
+                raise BadRequest("Content-Length is not a number") from None
+            if size > self.max_body_bytes:
+                raise BodyTooLarge(f"the body has {size} bytes; the limit is {self.max_body_bytes}")
+        return StreamRequest(deadline, first_chunk_deadline, framing, decode)
+
+    def open(self, request: StreamRequest, body: bytes, headers: RawHeaders) -> AsyncIterator[Any]:
+        """Decode the body (4xx here, before any queue) and open the item's stream.
+
+        Raises:
+            msgspec.DecodeError: The body is malformed (400).
+            msgspec.ValidationError: It does not match the input type (422).
+            Exception: The servable refused the stream (overload: 503, ...).
+        """
+        item = request.decode(body)
+        stream = self._servable.stream
+        if self._tracer is not None:  # a span per stream
+            traced = self._tracer.stream_span(self.label, headers)
+            return traced.open(  # type: ignore[no-any-return]
+                stream,
+                item,
+                deadline=request.deadline,
+                route=self.route,
+                first_chunk_deadline=request.first_chunk_deadline,
+            )
+        return stream(
+            item,
+            deadline=request.deadline,
+            route=self.route,
+            first_chunk_deadline=request.first_chunk_deadline,
+        )
