@@ -197,6 +197,11 @@ class StreamOut(Protocol):
     between the chunk loop and a transport (the ASGI ``send``, or ``microbatch
     serve``'s connection)."""
 
+    @property
+    def writes_now(self) -> bool:
+        """Whether :meth:`write_now` can ever write (else every chunk goes by
+        :meth:`more`)."""
+
     async def begin(self, first: bytes) -> None:
         """Send the response's head (200) and its first message (may be empty)."""
 
@@ -294,7 +299,7 @@ class _AsgiOut:
 
     @property
     def writes_now(self) -> bool:
-        """Whether :meth:`write_now` can ever write (the server gave a body writer)."""
+        """Whether the server gave a body writer."""
         return self._write is not None
 
 
@@ -382,7 +387,7 @@ class _DirectWriter:
         cls, chunks: AsyncIterator[Any], framing: Framing, out: StreamOut
     ) -> _DirectWriter | None:
         """A writer for ``chunks`` if both the stream and the transport allow it."""
-        if not getattr(out, "writes_now", True):
+        if not out.writes_now:
             return None
         if not hasattr(chunks, "on_chunk") or not hasattr(chunks, "unread"):
             return None

@@ -82,7 +82,10 @@ class _ConnectionOut:
 
     __slots__ = ("_chunked", "_connection", "_framing", "_route")
 
-    writes_now = True
+    @property
+    def writes_now(self) -> bool:
+        """Always: the connection writes at once unless its client reads slowly."""
+        return True
 
     def __init__(self, connection: StreamPath, route: StreamRoute, framing: Framing) -> None:
         self._connection = connection
