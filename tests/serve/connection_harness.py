@@ -22,6 +22,7 @@ from microbatch.http.app import HttpApp, HttpConfig
 from microbatch.serve.connection import HttpConnection
 from microbatch.serve.http_front import ConnectionLimits, Front
 from microbatch.stats import ServiceStats
+from microbatch.streams import Channel, Stream
 from microbatch.testing import FakeClock
 
 LIMITS = ConnectionLimits(
@@ -73,6 +74,30 @@ class Doubler:
 
     def stats(self) -> ServiceStats:
         return ServiceStats(True, False, 0, ())
+
+
+class StreamingDoubler(Doubler):
+    """:class:`Doubler` that also streams: ``{"x"}`` -> the chunks ``x`` and ``2x``,
+    pushed on the loop's next turns, then the end (through the real
+    :class:`~microbatch.streams.Stream`, so the direct writes are the real ones)."""
+
+    def can_stream(self, route: str | None = None) -> bool:
+        return route is None
+
+    def stream(
+        self,
+        item: Point,
+        *,
+        deadline: float | None = None,
+        route: str | None = None,
+        first_chunk_deadline: float | None = None,
+    ) -> AsyncIterator[Any]:
+        channel = Channel(0, item, deadline=None, first_chunk_deadline=None, clock=FakeClock())
+        loop = asyncio.get_running_loop()
+        loop.call_soon(channel.push, item.x)
+        loop.call_soon(channel.push, 2 * item.x)
+        loop.call_soon(channel.finish)
+        return Stream(channel)
 
 
 @dataclass

@@ -3,10 +3,10 @@
 (HEAD is left out: a response parser cannot tell a HEAD response has no body;
 ``test_connection.py`` tests HEAD.)
 
-Valid, pipelined and garbage requests: no exception escapes, every response written
-is a whole valid HTTP/1.1 response, every valid request of an all-valid stream is
-answered in order, every connection ends closed once its deadlines pass, and nothing
-is left behind (no task, no armed timer).
+Valid (streams among them), pipelined and garbage requests: no exception escapes,
+every response written is a whole valid HTTP/1.1 response, every valid request of an
+all-valid stream is answered in order, every connection ends closed once its
+deadlines pass, and nothing is left behind (no task, no armed timer).
 """
 
 from __future__ import annotations
@@ -17,7 +17,15 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .connection_harness import GET_LIVE, LIMITS, harness, parse_responses, post, settle
+from .connection_harness import (
+    GET_LIVE,
+    LIMITS,
+    StreamingDoubler,
+    harness,
+    parse_responses,
+    post,
+    settle,
+)
 
 VALID = st.one_of(
     st.floats(-1e6, 1e6, allow_nan=False).map(lambda x: (post(x), 1)),
@@ -26,6 +34,11 @@ VALID = st.one_of(
     st.just((b"GET /nowhere?q=%20 HTTP/1.1\r\n\r\n", 1)),
     st.just((post(2.0, extra=b"expect: 100-continue\r\n"), 1)),
     st.just((b"POST /predict HTTP/1.1\r\ncontent-length: 3\r\n\r\n{x}", 1)),
+    st.floats(-1e6, 1e6, allow_nan=False).map(
+        lambda x: (post(x, "/stream", b"accept: application/x-ndjson\r\n"), 1)
+    ),
+    st.just((post(3.0, "/predict", b"accept: text/event-stream\r\n"), 1)),
+    st.just((b"POST /stream HTTP/1.1\r\ncontent-length: 3\r\n\r\n{x}", 1)),
 )
 GARBAGE = st.one_of(
     st.binary(min_size=1, max_size=64),
@@ -59,7 +72,7 @@ async def feed(stream: tuple[bytes, int, list[int]]) -> tuple[list[int], bool]:
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(lambda _, context: errors.append(context))
     try:
-        async with harness() as h:
+        async with harness(servable=StreamingDoubler()) as h:
             connection, transport = h.connect()
             start = 0
             for cut in [*cuts, len(data)]:

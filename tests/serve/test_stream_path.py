@@ -273,3 +273,18 @@ async def test_the_body_limit_holds_for_a_stream() -> None:
         (error,) = parse_responses(bytes(transport.written))
         assert error.status == 413
         assert made.servable.channels == []
+
+
+async def test_a_stream_needs_the_bearer_token_when_one_is_set() -> None:
+    async with teller_harness(auth_token="s3cret") as made:
+        connection, transport = made.connect()
+        connection.data_received(post(1.0, "/stream", NDJSON))
+        await settle()
+        connection.data_received(post(1.0, "/stream", NDJSON + b"authorization: Bearer s3cret\r\n"))
+        await settle()
+        made.servable.channels[-1].finish()
+        await settle()
+        refused, streamed = transport.responses()
+        assert refused.status == 401
+        assert streamed.status == 200
+        assert len(made.servable.channels) == 1
