@@ -26,6 +26,7 @@ HIGH_WATER_BYTES = 64 * 1024
 
 _DISCONNECT: Message = {"type": "http.disconnect"}
 _INTERNAL_ERROR = b"internal server error"
+_CLOSE = b"connection: close\r\n"
 
 
 class CycleOwner(Protocol):
@@ -45,6 +46,9 @@ class CycleOwner(Protocol):
 
     async def drained(self) -> None:
         """Until the client has read what was written (flow control)."""
+
+    def close_after_response(self) -> None:
+        """The response's body runs to the close (HTTP/1.0, no length): close after it."""
 
     @property
     def writing_paused(self) -> bool:
@@ -79,6 +83,7 @@ class AsgiCycle:
         self._sent_status = 0
         self._headers: list[tuple[bytes, bytes]] = []
         self._chunked = False
+        self._http10 = scope.get("http_version") == "1.0"
         extensions = scope.get("extensions")
         if extensions is not None:
             extensions[BODY_WRITER_EXTENSION] = {"write": self.write_more}
@@ -190,12 +195,17 @@ class AsgiCycle:
             self._sent_status, self._status = self._status, 0
 
     def _head(self, length: int, more: bool) -> bytes:
-        """The head, with ``content-length`` or chunked framing when the app gave none."""
+        """The head, with ``content-length`` or chunked framing when the app gave none
+        (on HTTP/1.0, which has no chunked framing, the body runs to the close)."""
         declared = any(name == b"content-length" for name, _ in self._headers)
         lines = b"".join(b"%s: %s\r\n" % pair for pair in self._headers)
         framing = b""
+        connection = self._connection
         if not declared:
-            if more:
+            if more and self._http10:
+                connection = _CLOSE
+                self._owner.close_after_response()
+            elif more:
                 self._chunked = True
                 framing = b"transfer-encoding: chunked\r\n"
             else:
@@ -205,7 +215,7 @@ class AsgiCycle:
             lines,
             framing,
             date_line(),
-            self._connection,
+            connection,
         )
 
     async def run(self, app: Callable[..., Any]) -> None:

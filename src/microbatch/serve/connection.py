@@ -423,6 +423,10 @@ class HttpConnection(StreamPath):
         """Close now, without a response."""
         self._close()
 
+    def close_after_response(self) -> None:
+        """Close once the current response is out (its body runs to the close)."""
+        self._keep_alive = False
+
     def response_complete(self, status: int) -> None:
         """The current response is out: on to the next request, or close."""
         self._responded = True
