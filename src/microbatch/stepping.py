@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from ._batch_timing import record_step, traced_stream
-from .clock import Clock, MonotonicClock
+from .clock import Clock, MonotonicClock, TimerHeap
 from .composition import BatchCostMode
 from .errors import BatcherClosed, ItemTooLarge, Overloaded
 from .stats import StreamStats, StreamStatsRecorder
@@ -144,6 +144,8 @@ class StepLoop:
         self._replayed: dict[int, int] = {}  # key -> chunks still to make again, unsent
         self._restarted: set[int] = set()  # keys started again once already
         self._clock: Clock = clock if clock is not None else MonotonicClock()
+        # Every stream's deadline waits on one timer of the clock, not one each.
+        self._deadlines = TimerHeap(self._clock)
         self._keys = itertools.count()
         self._waiting: deque[Channel] = deque()
         self._active: dict[int, Channel] = {}
@@ -208,7 +210,7 @@ class StepLoop:
             item,
             deadline=deadline,
             first_chunk_deadline=first_chunk_deadline,
-            clock=self._clock,
+            clock=self._deadlines,
             on_end=ended,
             max_buffered=self.max_buffered,
         )

@@ -137,8 +137,8 @@ class Channel:
         self.last_chunk_s = self._clock.now() if now is None else now
         chunks.append(chunk)
         self.chunks_sent += 1
-        if self.chunks_sent == 1:
-            self._arm()
+        if self.chunks_sent == 1 and self.first_chunk_deadline is not None:
+            self._arm()  # the first chunk's deadline is met: the whole stream's is next
         if self._on_chunk is not None:
             self._on_chunk()
             return
