@@ -166,12 +166,25 @@ def _negotiate(accept: bytes) -> Framing:
     )
 
 
+_STREAM_KINDS = frozenset((b"text/event-stream", b"application/x-ndjson", b"application/jsonl"))
+_WANTS_STREAM: dict[bytes, bool] = {}
+
+
 def wants_stream(accept: bytes | None) -> bool:
-    """Whether ``Accept`` asks for a stream (SSE or NDJSON) rather than one answer."""
+    """Whether ``Accept`` asks for a stream (SSE or NDJSON) rather than one answer
+    (asked on every predict request of a model that streams: the answers for a few
+    values are remembered)."""
     if accept is None:
         return False
-    kinds = {part.split(b";", 1)[0].strip().lower() for part in accept.split(b",")}
-    return bool(kinds & {b"text/event-stream", b"application/x-ndjson", b"application/jsonl"})
+    if type(accept) is not bytes:  # a bytearray: hashable as bytes
+        accept = bytes(accept)
+    wanted = _WANTS_STREAM.get(accept)
+    if wanted is None:
+        kinds = {part.split(b";", 1)[0].strip().lower() for part in accept.split(b",")}
+        wanted = not kinds.isdisjoint(_STREAM_KINDS)
+        if len(_WANTS_STREAM) < _MAX_REMEMBERED_ACCEPTS:
+            _WANTS_STREAM[accept] = wanted
+    return wanted
 
 
 def first_chunk_timeout_from(given: bytes | None) -> float | None:
