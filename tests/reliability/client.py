@@ -71,6 +71,10 @@ class Connection:
     ) -> None:
         head = [f"{method} {path} HTTP/1.1", "host: 127.0.0.1", f"content-length: {len(body)}"]
         head += [f"{name}: {value}" for name, value in (headers or {}).items()]
+        if self.writer.transport.is_closing():
+            # The server reset the connection before the request went (a server that
+            # exits resets what it had not accepted): uvloop would raise RuntimeError.
+            raise ConnectionResetError("the connection closed before the request was sent")
         self.writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
 
     async def read_reply(self, started: float) -> Reply:
