@@ -40,8 +40,12 @@ __all__ = [
     "Checked",
     "DrainState",
     "Predictor",
+    "check_bearer",
+    "check_body_length",
     "encode_result",
     "error_response",
+    "remembered_decoder",
+    "request_deadline",
     "timeout_from_header",
 ]
 
@@ -178,34 +182,17 @@ class Predictor:
                 timeout = value
             elif name == b"authorization":
                 authorization = value
-        expected = self._authorization
-        if (
-            authorize
-            and expected is not None
-            and not hmac.compare_digest(authorization or b"", expected)
-        ):
-            raise Unauthorized("a bearer token is required (Authorization: Bearer <token>)")
+        if authorize:
+            check_bearer(authorization, self._authorization)
         if self._app.draining:
             raise NotReady("the server is shutting down")
-        if timeout is None:
-            deadline: float | None = time.monotonic() + self._default_timeout_s
-        else:
-            deadline = deadline_from(timeout_from_header(timeout, self._default_timeout_s))
-        decode = self._by_content_type.get(content_type)
-        if decode is None:
-            decode = self._decoders[codec_for_content_type(content_type).name]
-            _remember(self._by_content_type, content_type, decode)
+        deadline = request_deadline(timeout, self._default_timeout_s)
+        decode = remembered_decoder(self._by_content_type, self._decoders, content_type)
         encoder = self._by_accept.get(accept)
         if encoder is None:
             encoder = codec_for_accept(accept)
             _remember(self._by_accept, accept, encoder)
-        if length is not None:
-            try:
-                size = int(length)
-            except ValueError:
-                raise BadRequest("Content-Length is not a number") from None
-            if size > self.max_body_bytes:
-                raise BodyTooLarge(f"the body has {size} bytes; the limit is {self.max_body_bytes}")
+        check_body_length(length, self.max_body_bytes)
         return Checked(deadline, decode, encoder)
 
     def timing(self, headers: RawHeaders = (), start_s: float | None = None) -> Timing | None:
@@ -261,6 +248,63 @@ def _remember(cache: dict[bytes | None, Any], key: bytes | None, value: Any) -> 
     """Keep ``value`` for ``key`` unless the cache is full (clients choose the keys)."""
     if len(cache) < _REMEMBERED:
         cache[key] = value
+
+
+# -- what every route that reads a body checks in its headers (predict and stream) --
+
+
+def check_bearer(given: bytes | None, expected: bytes | None) -> None:
+    """Nothing when ``expected`` is None or ``given`` is it (compared in constant time).
+
+    Raises:
+        Unauthorized: The token is required and missing or wrong (401).
+    """
+    if expected is not None and not hmac.compare_digest(given or b"", expected):
+        raise Unauthorized("a bearer token is required (Authorization: Bearer <token>)")
+
+
+def request_deadline(timeout: bytes | None, default_timeout_s: float) -> float | None:
+    """The request's deadline (``time.monotonic()``): ``default_timeout_s`` from now,
+    lowered by its ``X-Request-Timeout-Ms`` value.
+
+    Raises:
+        BadRequest: The value is not a number of milliseconds > 0.
+    """
+    if timeout is None:
+        return time.monotonic() + default_timeout_s
+    return deadline_from(timeout_from_header(timeout, default_timeout_s))
+
+
+def remembered_decoder(
+    cache: dict[bytes | None, Decoder], decoders: dict[str, Decoder], content_type: bytes | None
+) -> Decoder:
+    """The body decoder ``Content-Type`` names, from ``cache`` when it was seen before.
+
+    Raises:
+        UnsupportedMediaType: ``Content-Type`` is neither JSON nor msgpack (415).
+    """
+    decode = cache.get(content_type)
+    if decode is None:
+        decode = decoders[codec_for_content_type(content_type).name]
+        _remember(cache, content_type, decode)
+    return decode
+
+
+def check_body_length(length: bytes | None, limit: int) -> None:
+    """Nothing when ``Content-Length`` is absent or within ``limit``.
+
+    Raises:
+        BadRequest: It is not a number (400).
+        BodyTooLarge: It is over ``limit`` (413).
+    """
+    if length is None:
+        return
+    try:
+        size = int(length)
+    except ValueError:
+        raise BadRequest("Content-Length is not a number") from None
+    if size > limit:
+        raise BodyTooLarge(f"the body has {size} bytes; the limit is {limit}")
 
 
 def timeout_from_header(given: bytes | None, default: float) -> float:

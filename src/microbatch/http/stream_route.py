@@ -10,15 +10,21 @@ the servable's stream (under a span of its own when traced).
 
 from __future__ import annotations
 
-import hmac
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..types import StreamingServable, deadline_from
-from .codecs import Decoder, codec_for_content_type
-from .predict import TIMEOUT_HEADER, DrainState, RawHeaders, timeout_from_header
-from .status import BadRequest, BodyTooLarge, NotReady, Unauthorized
+from .codecs import Decoder
+from .predict import (
+    TIMEOUT_HEADER,
+    DrainState,
+    RawHeaders,
+    check_bearer,
+    check_body_length,
+    remembered_decoder,
+    request_deadline,
+)
+from .status import NotReady
 from .streams import (
     FIRST_CHUNK_TIMEOUT_HEADER,
     Framing,
@@ -136,33 +142,15 @@ class StreamRoute:
                 first_timeout = value
             elif name == b"authorization":
                 authorization = value
-        expected = self._authorization
-        if (
-            authorize
-            and expected is not None
-            and not hmac.compare_digest(authorization or b"", expected)
-        ):
-            raise Unauthorized("a bearer token is required (Authorization: Bearer <token>)")
+        if authorize:
+            check_bearer(authorization, self._authorization)
         if self._app.draining:
             raise NotReady("the server is shutting down")
-        if timeout is None:
-            deadline: float | None = time.monotonic() + self._default_timeout_s
-        else:
-            deadline = deadline_from(timeout_from_header(timeout, self._default_timeout_s))
+        deadline = request_deadline(timeout, self._default_timeout_s)
         first_chunk_deadline = deadline_from(first_chunk_timeout_from(first_timeout), deadline)
         framing = framing_for_accept(accept)
-        decode = self._by_content_type.get(content_type)
-        if decode is None:
-            decode = self._decoders[codec_for_content_type(content_type).name]
-            if len(self._by_content_type) < 32:  # clients choose the keys: a few at most
-                self._by_content_type[content_type] = decode
-        if length is not None:
-            try:
-                size = int(length)
-            except ValueError:
-                raise BadRequest("Content-Length is not a number") from None
-            if size > self.max_body_bytes:
-                raise BodyTooLarge(f"the body has {size} bytes; the limit is {self.max_body_bytes}")
+        decode = remembered_decoder(self._by_content_type, self._decoders, content_type)
+        check_body_length(length, self.max_body_bytes)
         return StreamRequest(deadline, first_chunk_deadline, framing, decode)
 
     def open(self, request: StreamRequest, body: bytes, headers: RawHeaders) -> AsyncIterator[Any]:
