@@ -13,16 +13,15 @@ import pytest
 
 from microbatch import ItemError
 from microbatch.errors import Overloaded
-from microbatch.stats import ServiceStats
 from microbatch.streams import Channel, Stream
 from microbatch.testing import FakeClock
 
 from .connection_harness import (
     GET_LIVE,
-    Doubled,
     FakeTransport,
     Harness,
     Point,
+    StreamingDoubler,
     harness,
     parse_responses,
     post,
@@ -32,35 +31,15 @@ from .connection_harness import (
 NDJSON = b"accept: application/x-ndjson\r\n"
 
 
-class Teller:
+class Teller(StreamingDoubler):
     """A streaming servable in memory: each stream's channel is kept for the test to
     push chunks into and end; ``refuse`` is raised instead of opening one."""
 
-    name = "tell"
-    input_type = Point
-    output_type = Doubled
-    examples = ()
-    ready = True
-
     def __init__(self) -> None:
-        self.routes: dict[str, Any] = {}
+        super().__init__()
         self.channels: list[Channel] = []
         self.refuse: Exception | None = None
         self._clock = FakeClock()
-
-    async def start(self) -> None:
-        pass
-
-    async def close(self) -> None:
-        pass
-
-    async def submit(
-        self, item: Point, *, deadline: float | None = None, route: str | None = None
-    ) -> Doubled:
-        return Doubled(2 * item.x)
-
-    def can_stream(self, route: str | None = None) -> bool:
-        return route is None
 
     def stream(
         self,
@@ -77,9 +56,6 @@ class Teller:
         )
         self.channels.append(channel)
         return Stream(channel)
-
-    def stats(self) -> ServiceStats:
-        return ServiceStats(True, False, 0, ())
 
 
 def teller_harness(**config: Any) -> Any:
