@@ -30,7 +30,6 @@ import asyncio
 import copy
 import math
 import sys
-import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -46,6 +45,7 @@ from .asgi import (
     extension,
 )
 from .codecs import NotAcceptable, encode_hook
+from .direct_writes import DirectWriter
 from .status import BadRequest, UnencodableResult, error_reply
 
 __all__ = [
@@ -319,7 +319,7 @@ class _AsgiOut:
 async def write_stream(out: StreamOut, chunks: AsyncIterator[Any], framing: Framing) -> int:
     """Write ``chunks`` to ``out`` as ``framing``'s messages: the head with the first
     chunk, the next chunks as they come (those a step made for many streams are
-    written from one callback, see :class:`_DirectWriter`), then the end or, after
+    written from one callback, see :class:`~.direct_writes.DirectWriter`), then the end or, after
     the first chunk, the stream's error as the final message. Returns 200.
 
     Raises:
@@ -341,7 +341,8 @@ async def write_stream(out: StreamOut, chunks: AsyncIterator[Any], framing: Fram
         await out.begin(first)
         sent = 1
         take_ready: Callable[[], list[Any]] | None = getattr(chunks, "take_ready", None)
-        direct = _DirectWriter.for_stream(chunks, framing, out)
+        write_now = out.write_now if out.writes_now else None
+        direct = DirectWriter.for_stream(chunks, framing.chunk, write_now)
         try:
             while True:
                 # Chunks that piled up while this writer waited go in one write.
@@ -372,104 +373,6 @@ async def write_stream(out: StreamOut, chunks: AsyncIterator[Any], framing: Fram
             sent += direct.sent
     await out.end(framing.end({"status": "complete", "chunks": sent}))
     return 200
-
-
-class _DirectWriter:
-    """Writes one stream's chunks straight to its connection while its writer task
-    waits: the step loop queues a step's chunks and the :class:`_Outbox` writes them
-    all in one callback, rather than each stream's task taking a turn of the event
-    loop per step. A chunk it cannot write now (the client reads slowly, or it does
-    not encode) goes back to the task, which then writes with ``send`` (waiting for
-    the client) or ends the stream with the error.
-    """
-
-    __slots__ = ("_framing", "_outbox", "_queued", "_stream", "_write", "sent")
-
-    def __init__(
-        self, stream: Any, framing: Framing, write: Callable[[bytes], bool], outbox: _Outbox
-    ) -> None:
-        self._stream = stream
-        self._framing = framing
-        self._write = write
-        self._outbox = outbox
-        self._queued = False
-        self.sent = 0
-
-    @classmethod
-    def for_stream(
-        cls, chunks: AsyncIterator[Any], framing: Framing, out: StreamOut
-    ) -> _DirectWriter | None:
-        """A writer for ``chunks`` if both the stream and the transport allow it."""
-        if not out.writes_now:
-            return None
-        if not hasattr(chunks, "on_chunk") or not hasattr(chunks, "unread"):
-            return None
-        return cls(chunks, framing, out.write_now, _Outbox.of(asyncio.get_running_loop()))
-
-    def attach(self) -> None:
-        """From now on the stream's chunks come here (the task waits for the end)."""
-        self._stream.on_chunk(self._came)
-
-    def detach(self) -> None:
-        """The chunks go to the task again."""
-        self._stream.on_chunk(None)
-
-    def _came(self) -> None:
-        if not self._queued:
-            self._queued = True
-            self._outbox.add(self)
-
-    def flush(self) -> None:
-        """Write the chunks that came; hand them back to the task if that cannot be."""
-        self._queued = False
-        ready: list[Any] = self._stream.take_ready()
-        if not ready:
-            return
-        try:
-            written = self._write(b"".join(self._framing.chunk(one) for one in ready))
-        except (TypeError, ValueError, NotImplementedError, OverflowError):
-            written = False  # the task encodes them again, and ends with the error
-        if written:
-            self.sent += len(ready)
-            return
-        self.detach()
-        self._stream.unread(ready)
-
-
-class _Outbox:
-    """The direct writers with chunks to write, written in one callback of the event
-    loop (scheduled by the first chunk of a step; it runs once the step loop has
-    started the next step)."""
-
-    __slots__ = ("_due", "_loop")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._due: list[_DirectWriter] = []
-
-    @classmethod
-    def of(cls, loop: asyncio.AbstractEventLoop) -> _Outbox:
-        """The loop's outbox."""
-        outbox = _OUTBOXES.get(loop)
-        if outbox is None:
-            outbox = _OUTBOXES[loop] = cls(loop)
-        return outbox
-
-    def add(self, writer: _DirectWriter) -> None:
-        """``writer`` has chunks to write."""
-        if not self._due:
-            self._loop.call_soon(self._flush)
-        self._due.append(writer)
-
-    def _flush(self) -> None:
-        due, self._due = self._due, []
-        for writer in due:
-            writer.flush()
-
-
-_OUTBOXES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Outbox] = (
-    weakref.WeakKeyDictionary()
-)
 
 
 async def _on_disconnect(receive: Receive, cancel: Callable[[], None]) -> None:

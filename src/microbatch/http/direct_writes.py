@@ -1,0 +1,118 @@
+"""A step's chunks of many streams written in one callback of the event loop
+(:class:`DirectWriter`, :class:`Outbox`), rather than by each stream's writer task
+taking a turn per step: what :func:`~.streams.write_stream` hands a stream to after
+its first chunk, when both the stream and the transport allow it."""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+__all__ = ["DirectWriter", "Outbox"]
+
+
+class DirectWriter:
+    """Writes one stream's chunks straight to its connection while its writer task
+    waits: the step loop queues a step's chunks and the :class:`Outbox` writes them
+    all in one callback, rather than each stream's task taking a turn of the event
+    loop per step. A chunk it cannot write now (the client reads slowly, or it does
+    not encode) goes back to the task, which then writes it (waiting for the
+    client) or ends the stream with the error.
+    """
+
+    __slots__ = ("_encode", "_outbox", "_queued", "_stream", "_write", "sent")
+
+    def __init__(
+        self,
+        stream: Any,
+        encode: Callable[[Any], bytes],
+        write: Callable[[bytes], bool],
+        outbox: Outbox,
+    ) -> None:
+        self._stream = stream
+        self._encode = encode
+        self._write = write
+        self._outbox = outbox
+        self._queued = False
+        self.sent = 0
+
+    @classmethod
+    def for_stream(
+        cls,
+        chunks: AsyncIterator[Any],
+        encode: Callable[[Any], bytes],
+        write: Callable[[bytes], bool] | None,
+    ) -> DirectWriter | None:
+        """A writer for ``chunks`` (each message made by ``encode``, written by
+        ``write``) if both the stream and the transport allow it (``write`` None:
+        the transport does not)."""
+        if write is None or not hasattr(chunks, "on_chunk") or not hasattr(chunks, "unread"):
+            return None
+        return cls(chunks, encode, write, Outbox.of(asyncio.get_running_loop()))
+
+    def attach(self) -> None:
+        """From now on the stream's chunks come here (the task waits for the end)."""
+        self._stream.on_chunk(self._came)
+
+    def detach(self) -> None:
+        """The chunks go to the task again."""
+        self._stream.on_chunk(None)
+
+    def _came(self) -> None:
+        if not self._queued:
+            self._queued = True
+            self._outbox.add(self)
+
+    def flush(self) -> None:
+        """Write the chunks that came; hand them back to the task if that cannot be."""
+        self._queued = False
+        ready: list[Any] = self._stream.take_ready()
+        if not ready:
+            return
+        try:
+            written = self._write(b"".join(self._encode(one) for one in ready))
+        except (TypeError, ValueError, NotImplementedError, OverflowError):
+            written = False  # the task encodes them again, and ends with the error
+        if written:
+            self.sent += len(ready)
+            return
+        self.detach()
+        self._stream.unread(ready)
+
+
+class Outbox:
+    """The direct writers with chunks to write, written in one callback of the event
+    loop (scheduled by the first chunk of a step; it runs once the step loop has
+    started the next step)."""
+
+    __slots__ = ("_due", "_loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._due: list[DirectWriter] = []
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> Outbox:
+        """The loop's outbox."""
+        outbox = _OUTBOXES.get(loop)
+        if outbox is None:
+            outbox = _OUTBOXES[loop] = cls(loop)
+        return outbox
+
+    def add(self, writer: DirectWriter) -> None:
+        """``writer`` has chunks to write."""
+        if not self._due:
+            self._loop.call_soon(self._flush)
+        self._due.append(writer)
+
+    def _flush(self) -> None:
+        due, self._due = self._due, []
+        for writer in due:
+            writer.flush()
+
+
+_OUTBOXES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Outbox] = (
+    weakref.WeakKeyDictionary()
+)
