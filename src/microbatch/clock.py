@@ -64,7 +64,11 @@ class TimerHeap:
     are set for every stream or connection and mostly called off.
 
     A timer called off stays in the heap until it comes up (or until called-off
-    ones are most of it, when the heap is rebuilt without them). Callbacks run in
+    ones are most of it, when the heap is rebuilt without them). The batcher's
+    :class:`~microbatch._deadlines.DeadlineWatch` keeps its items' deadlines the same
+    way but is never told of an answer: it asks each item's future. A stream has no
+    future to ask, and its deadline moves at its first chunk, so its timer is called
+    off instead. Callbacks run in
     the order of their times, then of their setting; one that raises is logged and
     the others still run.
 
