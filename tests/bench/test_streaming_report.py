@@ -26,3 +26,23 @@ def test_the_target_line_gives_both() -> None:
         and "without each client's first stream (all 2 opened at once): 2.0 step times" in line
         for line in lines
     )
+
+
+def test_each_repeat_ratio_is_listed_with_the_median() -> None:
+    results = {
+        "ours @ 64": {"ratios": [2.36, 1.94, 2.12]},
+        "lockstep @ 64": {"chunks_per_s": 1.0},
+    }
+    (line, blank) = stream_report.repeats(results, "ours")
+    assert line == (
+        "- ours @ 64: step-wise ÷ lockstep in each repeat: 2.36, 1.94, 2.12"
+        " (median 2.12x, 2 of 3 ≥ 2x)"
+    )
+    assert blank == ""
+    assert stream_report.repeats({"ours @ 64": {"chunks_per_s": 1.0}}, "ours") == []
+
+
+def test_the_median_run_is_the_middle_by_chunks_per_second() -> None:
+    runs = [{"chunks_per_s": rate, "run": k} for k, rate in enumerate([30.0, 10.0, 20.0, 40.0])]
+    assert stream_report.median_run(runs) == {"chunks_per_s": 20.0, "run": 2}
+    assert stream_report.median_run(runs[:3]) == {"chunks_per_s": 20.0, "run": 2}
