@@ -1,6 +1,7 @@
 """``microbatch`` with a count of the Python opcodes each function runs: counting
 starts at SIGUSR1; SIGUSR2 stops it and writes the counts, as JSON
-(``{"module.py:line:function": opcodes}``), to the file ``OPCODE_COUNTS_FILE``
+(``{"module.py:qualified.name": opcodes}``: keys that do not move with
+the code's lines, so that two trees compare), to the file ``OPCODE_COUNTS_FILE``
 names. Only the serving thread is counted (the event loop's: where the front's
 work per request runs).
 
@@ -40,7 +41,7 @@ def _name(code: CodeType) -> str:
         if marker in path:
             path = path.split(marker, 1)[1]
             break
-    return f"{path}:{code.co_firstlineno}:{code.co_name}"
+    return f"{path}:{code.co_qualname}"
 
 
 def _start(signum: int, frame: FrameType | None) -> None:

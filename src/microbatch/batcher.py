@@ -208,11 +208,18 @@ class Batcher(BatchRelease, Generic[T, R]):
         return self._intake.plain
 
     def submit_nowait(
-        self, item: T, *, deadline: float | None = None, timing: Timing | None = None
+        self,
+        item: T,
+        *,
+        deadline: float | None = None,
+        timing: Timing | None = None,
+        on_settled: Callable[[], None] | None = None,
     ) -> asyncio.Future[R]:
         """:meth:`submit` without a coroutine, for a caller on the event loop that
         would otherwise make a task per item: queue the item now and return the
         future of its result. Cancelling the future withdraws the item.
+        ``on_settled()`` is called once the future is done (from the batcher's own
+        callback of the future: one callback per item, not two).
 
         Raises:
             TypeError: The batcher does not accept it (see :attr:`accepts_nowait`).
@@ -223,12 +230,16 @@ class Batcher(BatchRelease, Generic[T, R]):
             raise TypeError("submit_nowait() needs items without rows, size_fn, cost_fn or timeout")
         entry = self._enqueue_plain(item, deadline)
         entry.timing = timing
-        entry.future.add_done_callback(partial(self._settled, entry))
+        entry.future.add_done_callback(partial(self._settled, entry, on_settled))
         return entry.future
 
-    def _settled(self, entry: _Entry, future: asyncio.Future[Any]) -> None:
+    def _settled(
+        self, entry: _Entry, on_settled: Callable[[], None] | None, future: asyncio.Future[Any]
+    ) -> None:
         if future.cancelled():
             self._abandon(entry)
+        if on_settled is not None:
+            on_settled()
 
     def stats(self) -> BatcherStats:
         """A snapshot of the counters (see :class:`~microbatch.stats.BatcherStats`)."""

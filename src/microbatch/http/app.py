@@ -287,7 +287,7 @@ class HttpApp:
         if wants_stream(accept) and _stream_path(route) in self._routes:
             return await self._stream(scope, receive, send, _predict_path(route))
         predictor = self._predictors[_predict_path(route)]
-        deadline, decode, encoder = predictor.check(scope["headers"], authorize=False)
+        deadline, decode, encoder = predictor.check(dict(scope["headers"]), authorize=False)
         item = decode(await self.read_body(scope, receive))
         timing = predictor.timing(scope["headers"])
         told = noted()
@@ -304,7 +304,7 @@ class HttpApp:
         as SSE, NDJSON or msgpack messages (see ``http/streams.py``); errors before
         the first chunk are plain errors."""
         route = self._stream_routes[path]
-        request = route.check(scope["headers"], authorize=False)
+        request = route.check(dict(scope["headers"]), authorize=False)
         told = noted()
         if told is not None:  # its head tells the wait for the first chunk
             told.stream = True

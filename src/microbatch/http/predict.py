@@ -16,7 +16,7 @@ import hmac
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ..timing import Timing, accepts_timing
@@ -39,6 +39,7 @@ __all__ = [
     "TIMEOUT_HEADER",
     "Checked",
     "DrainState",
+    "HeaderMap",
     "Predictor",
     "check_bearer",
     "check_body_length",
@@ -55,6 +56,10 @@ TIMEOUT_HEADER = b"x-request-timeout-ms"
 """A client lowers its request's deadline with this header (milliseconds)."""
 
 RawHeaders = Sequence[tuple[bytes, bytes]]
+"""A request's headers as they came: (name in lower case, value) pairs."""
+
+HeaderMap = Mapping[bytes, bytes]
+"""A request's headers by name (in lower case); a name sent twice has its last value."""
 
 
 class DrainState(Protocol):
@@ -155,11 +160,11 @@ class Predictor:
         self._by_content_type: dict[bytes | None, Decoder] = {}
         self._by_accept: dict[bytes | None, Codec] = {}
 
-    def check(self, headers: RawHeaders, *, authorize: bool = True) -> Checked:
+    def check(self, headers: HeaderMap, *, authorize: bool = True) -> Checked:
         """Everything about a request that its headers decide, before its body is read.
 
         Args:
-            headers: The request's headers, names in lower case.
+            headers: The request's headers by name (see :data:`HeaderMap`).
             authorize: Check the bearer token here (False where the caller did).
 
         Raises:
@@ -170,29 +175,19 @@ class Predictor:
             UnsupportedMediaType: ``Content-Type`` is neither JSON nor msgpack (415).
             NotAcceptable: ``Accept`` names neither (406).
         """
-        content_type = accept = timeout = length = authorization = None
-        for name, value in headers:  # one pass, only the names this route reads
-            if name == b"content-type":
-                content_type = value
-            elif name == b"accept":
-                accept = value
-            elif name == b"content-length":
-                length = value
-            elif name == TIMEOUT_HEADER:
-                timeout = value
-            elif name == b"authorization":
-                authorization = value
+        get = headers.get
         if authorize:
-            check_bearer(authorization, self._authorization)
+            check_bearer(get(b"authorization"), self._authorization)
         if self._app.draining:
             raise NotReady("the server is shutting down")
-        deadline = request_deadline(timeout, self._default_timeout_s)
-        decode = remembered_decoder(self._by_content_type, self._decoders, content_type)
+        deadline = request_deadline(get(TIMEOUT_HEADER), self._default_timeout_s)
+        decode = remembered_decoder(self._by_content_type, self._decoders, get(b"content-type"))
+        accept = get(b"accept")
         encoder = self._by_accept.get(accept)
         if encoder is None:
             encoder = codec_for_accept(accept)
             _remember(self._by_accept, accept, encoder)
-        check_body_length(length, self.max_body_bytes)
+        check_body_length(get(b"content-length"), self.max_body_bytes)
         return Checked(deadline, decode, encoder)
 
     def timing(self, headers: RawHeaders = (), start_s: float | None = None) -> Timing | None:

@@ -18,6 +18,7 @@ from .codecs import Decoder
 from .predict import (
     TIMEOUT_HEADER,
     DrainState,
+    HeaderMap,
     RawHeaders,
     check_bearer,
     check_body_length,
@@ -111,12 +112,12 @@ class StreamRoute:
         self._tracer = tracer
         self._by_content_type: dict[bytes | None, Decoder] = {}
 
-    def check(self, headers: RawHeaders, *, authorize: bool = True) -> StreamRequest:
+    def check(self, headers: HeaderMap, *, authorize: bool = True) -> StreamRequest:
         """Everything about a stream request that its headers decide, before its body
         is read (in the order the errors are told).
 
         Args:
-            headers: The request's headers, names in lower case.
+            headers: The request's headers by name (see :data:`~.predict.HeaderMap`).
             authorize: Check the bearer token here (False where the caller did).
 
         Raises:
@@ -128,29 +129,17 @@ class StreamRoute:
             UnsupportedMediaType: ``Content-Type`` is neither JSON nor msgpack (415).
             BodyTooLarge: ``Content-Length`` is over the limit (413).
         """
-        content_type = accept = timeout = first_timeout = length = authorization = None
-        for name, value in headers:  # one pass, only the names this route reads
-            if name == b"content-type":
-                content_type = value
-            elif name == b"accept":
-                accept = value
-            elif name == b"content-length":
-                length = value
-            elif name == TIMEOUT_HEADER:
-                timeout = value
-            elif name == FIRST_CHUNK_TIMEOUT_HEADER:
-                first_timeout = value
-            elif name == b"authorization":
-                authorization = value
+        get = headers.get
         if authorize:
-            check_bearer(authorization, self._authorization)
+            check_bearer(get(b"authorization"), self._authorization)
         if self._app.draining:
             raise NotReady("the server is shutting down")
-        deadline = request_deadline(timeout, self._default_timeout_s)
-        first_chunk_deadline = deadline_from(first_chunk_timeout_from(first_timeout), deadline)
-        framing = framing_for_accept(accept)
-        decode = remembered_decoder(self._by_content_type, self._decoders, content_type)
-        check_body_length(length, self.max_body_bytes)
+        deadline = request_deadline(get(TIMEOUT_HEADER), self._default_timeout_s)
+        first_timeout = first_chunk_timeout_from(get(FIRST_CHUNK_TIMEOUT_HEADER))
+        first_chunk_deadline = deadline_from(first_timeout, deadline)
+        framing = framing_for_accept(get(b"accept"))
+        decode = remembered_decoder(self._by_content_type, self._decoders, get(b"content-type"))
+        check_body_length(get(b"content-length"), self.max_body_bytes)
         return StreamRequest(deadline, first_chunk_deadline, framing, decode)
 
     def open(self, request: StreamRequest, body: bytes, headers: RawHeaders) -> AsyncIterator[Any]:

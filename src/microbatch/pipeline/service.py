@@ -273,13 +273,10 @@ class Service(Generic[T, R]):
             return None
         if timing is not None:
             timing.stage = self.stages[index].name
-        future = batcher.submit_nowait(item, deadline=deadline, timing=timing)
+        left = self._left  # once the item is answered, failed or withdrawn
+        future = batcher.submit_nowait(item, deadline=deadline, timing=timing, on_settled=left)
         self._in_flight += 1
-        future.add_done_callback(self._settled)
         return future
-
-    def _settled(self, _: asyncio.Future[Any]) -> None:
-        self._left()
 
     def can_stream(self, route: str | None = None) -> bool:
         """Whether :meth:`stream` works for ``route``: its (last) stage's model is a

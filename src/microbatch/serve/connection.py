@@ -131,6 +131,7 @@ class HttpConnection(StreamPath):
         self._buffer = b""
         self._body = []
         self._headers = []
+        self._named = {}
         self._cycle = None
 
     def pause_writing(self) -> None:
@@ -235,6 +236,7 @@ class HttpConnection(StreamPath):
             return
         self._url = b""
         self._headers = []
+        self._named = {}
         self._remaining = 0
         self._chunked = None
         self._continue = False
@@ -255,34 +257,30 @@ class HttpConnection(StreamPath):
             self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        """One header (names in lower case; only the framing ones looked at here)."""
+        """One header, kept in order and by name (names in lower case)."""
         if self._ignore_parser:
             return
         name = name.lower()
         self._headers.append((name, value))
-        if name == b"content-length":
-            try:
-                self._remaining = int(value)
-            except ValueError:
-                self._remaining = 0  # the parser refuses it
-        elif name == b"transfer-encoding":
-            self._remaining = -1
-            self._chunked = ChunkedEnd(self._limits.max_header_bytes)
-        elif name == b"expect":
-            self._continue = value.lower() == b"100-continue"
+        self._named[name] = value
 
     def on_headers_complete(self) -> None:
         """The request's headers are in: take it on the fast path, as a stream, or
         through ASGI."""
         if self._ignore_parser:
             return
+        self._take_framing(self._named)
         parser = self._parser
         self._started = time.monotonic()  # the batcher's clock: Server-Timing starts here
         self._http10 = parser.get_http_version() == "1.0"
         self._keep_alive = parser.should_keep_alive() and not self._front.closing
-        has_body = self._remaining != 0
+        remaining = self._remaining
+        has_body = remaining != 0
         self._phase = BODY
-        self._read_by(self._clock.now() + self._limits.body_timeout_s if has_body else math.inf)
+        if has_body and (remaining < 0 or len(self._buffer) < remaining):
+            self._read_by(self._clock.now() + self._limits.body_timeout_s)
+        else:  # no body, or all of it came with the headers: it is fed now
+            self._due = math.inf
         method = parser.get_method()
         url = self._url
         path, _, query = url.partition(b"?")
@@ -303,7 +301,7 @@ class HttpConnection(StreamPath):
             self._predictor = predictor
             self._request_id = predictor.request_id(self._header(REQUEST_ID_HEADER))
             try:
-                self._checked = predictor.check(self._headers)
+                self._checked = predictor.check(self._named)
             except Exception as error:
                 self._answer_error(error, predictor)  # the body is read and dropped
                 return
@@ -311,6 +309,22 @@ class HttpConnection(StreamPath):
                 self._write(CONTINUE)
             return
         self._start_asgi(method, path, query)
+
+    def _take_framing(self, named: dict[bytes, bytes]) -> None:
+        """How the body is delimited, and whether the client waits for ``100 Continue``."""
+        if b"transfer-encoding" in named:  # over Content-Length (the parser refuses both)
+            self._remaining = -1
+            self._chunked = ChunkedEnd(self._limits.max_header_bytes)
+        else:
+            length = named.get(b"content-length")
+            if length is not None:
+                try:
+                    self._remaining = int(length)
+                except ValueError:
+                    self._remaining = 0  # the parser refuses it
+        expect = named.get(b"expect")
+        if expect is not None:
+            self._continue = expect.lower() == b"100-continue"
 
     def on_body(self, body: bytes) -> None:
         """A piece of the body: kept (fast path), handed on (ASGI) or dropped (the
@@ -463,8 +477,7 @@ class HttpConnection(StreamPath):
         self._stream_route = None
         self._stream_request = None
         self._head_since = now = self._clock.now()
-        limits = self._limits
-        self._read_by(now + min(limits.header_timeout_s, limits.keep_alive_s))
+        self._read_by(now + self._head_wait_s)
 
     def shut_down(self) -> None:
         """The server drains: close if idle, else after the current response."""

@@ -62,9 +62,12 @@ class ConnectionBase(asyncio.Protocol):
         self._timer_at = math.inf
         self._due = math.inf
         self._head_since = 0.0
+        # the first deadline of a request's headers: the idle limit, if sooner
+        self._head_wait_s = min(self._limits.header_timeout_s, self._limits.keep_alive_s)
         # the request being read or answered
         self._url = b""
-        self._headers: list[tuple[bytes, bytes]] = []
+        self._headers: list[tuple[bytes, bytes]] = []  # as they came (the ASGI scope's)
+        self._named: dict[bytes, bytes] = {}  # by name, the last value of each
         self._remaining = 0  # body bytes still to feed; -1: chunked
         self._chunked: ChunkedEnd | None = None
         self._continue = False

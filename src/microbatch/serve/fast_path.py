@@ -116,10 +116,7 @@ class FastPath(ConnectionBase):
         return b"x-request-id: " + self._request_id.encode("ascii") + b"\r\n"
 
     def _header(self, name: bytes) -> bytes | None:
-        for key, value in self._headers:
-            if key == name:
-                return value
-        return None
+        return self._named.get(name)
 
     def _connection_line(self) -> bytes:
         if not self._keep_alive:

@@ -39,7 +39,7 @@ class StreamPath(FastPath):
         self._stream_route = route
         self._request_id = route.request_id(self._header(REQUEST_ID_HEADER))
         try:
-            self._stream_request = route.check(self._headers)
+            self._stream_request = route.check(self._named)
         except Exception as error:
             self._answer_error(error, route)
             return
