@@ -32,6 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "servers"))
+from counter import read_counter
+
 from harness import LUA_DONE, RESULTS, ROOT, SINGLE_THREAD_BLAS, metrics_text, run_wrk, serving
 from http_serving import LUA_SIM
 
@@ -68,8 +71,17 @@ def served(base: str) -> int:
     return int(float(found.group(1))) if found else 0
 
 
-def count(src: Path, connections: int, seconds: float, work: Path) -> tuple[Counter[str], int]:
-    """Opcodes per function while ``wrk`` runs, and the requests answered meanwhile."""
+@dataclass(frozen=True)
+class Counted:
+    """One tree's count: opcodes per function, requests answered and batches run."""
+
+    opcodes: Counter[str]
+    requests: int
+    batches: int
+
+
+def count(src: Path, connections: int, seconds: float, work: Path) -> Counted:
+    """Opcodes per function while ``wrk`` runs, and the requests and batches meanwhile."""
     counts_file = work / "counts.json"
     counts_file.unlink(missing_ok=True)
     env = {
@@ -85,6 +97,7 @@ def count(src: Path, connections: int, seconds: float, work: Path) -> tuple[Coun
         url = running.base + "/predict"
         run_wrk(url, script, connections, 1.0)  # warm-up, not counted
         before = served(running.base)
+        batches_before, _ = read_counter(env["BENCH_COUNTER_FILE"])
         os.kill(running.process.pid, signal.SIGUSR1)
         run_wrk(url, script, connections, seconds)
         time.sleep(1.0)  # the last requests wrk gave up on are answered
@@ -93,7 +106,8 @@ def count(src: Path, connections: int, seconds: float, work: Path) -> tuple[Coun
         while not counts_file.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         requests = served(running.base) - before
-    return Counter(json.loads(counts_file.read_text())), requests
+        batches = read_counter(env["BENCH_COUNTER_FILE"])[0] - batches_before
+    return Counted(Counter(json.loads(counts_file.read_text())), requests, batches)
 
 
 def by_module(counts: Counter[str]) -> Counter[str]:
@@ -104,11 +118,13 @@ def by_module(counts: Counter[str]) -> Counter[str]:
     return modules
 
 
-def report(runs: dict[str, tuple[Counter[str], int]], connections: int, top: int) -> str:
+def report(runs: dict[str, Counted], connections: int, top: int) -> str:
     """Markdown: totals, per module and the busiest functions, per request."""
     names = list(runs)
-    per = {name: {k: v / max(1, n) for k, v in c.items()} for name, (c, n) in runs.items()}
-    modules = {name: by_module(Counter(c)) for name, (c, _) in runs.items()}
+    per = {
+        name: {k: v / max(1, r.requests) for k, v in r.opcodes.items()} for name, r in runs.items()
+    }
+    modules = {name: by_module(r.opcodes) for name, r in runs.items()}
     head = "| " + " | ".join(names) + " |"
     rule = "|---" + "|---:" * len(names) + "|"
     lines = [
@@ -118,7 +134,10 @@ def report(runs: dict[str, tuple[Counter[str], int]], connections: int, top: int
         "",
         "| | " + " | ".join(names) + " |",
         rule,
-        "| requests counted | " + " | ".join(str(runs[n][1]) for n in names) + " |",
+        "| requests counted | " + " | ".join(str(runs[n].requests) for n in names) + " |",
+        "| mean batch | "
+        + " | ".join(f"{runs[n].requests / max(1, runs[n].batches):.1f}" for n in names)
+        + " |",
         "| **opcodes per request** | "
         + " | ".join(f"**{sum(per[n].values()):.0f}**" for n in names)
         + " |",
@@ -130,7 +149,7 @@ def report(runs: dict[str, tuple[Counter[str], int]], connections: int, top: int
     ]
     last = names[-1]
     for module, _ in modules[last].most_common():
-        cells = [f"{modules[n][module] / max(1, runs[n][1]):.1f}" for n in names]
+        cells = [f"{modules[n][module] / max(1, runs[n].requests):.1f}" for n in names]
         if max(float(cell) for cell in cells) >= 1.0:
             lines.append(f"| `{module}` | " + " | ".join(cells) + " |")
     lines += ["", f"## The {top} busiest functions ({last})", "", "| function " + head, rule]
@@ -154,13 +173,20 @@ def main() -> None:
     runs = {}
     with tempfile.TemporaryDirectory() as work:
         for name, src in trees.items():
-            runs[name] = count(src, args.connections, args.seconds, Path(work))
-            total = sum(runs[name][0].values()) / max(1, runs[name][1])
-            print(f"{name}: {runs[name][1]} requests, {total:.0f} opcodes per request", flush=True)
+            done = runs[name] = count(src, args.connections, args.seconds, Path(work))
+            total = sum(done.opcodes.values()) / max(1, done.requests)
+            print(
+                f"{name}: {done.requests} requests in {done.batches} batches,"
+                f" {total:.0f} opcodes per request",
+                flush=True,
+            )
     text = report(runs, args.connections, args.top)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{args.name}.md").write_text(text + "\n")
-    payload = {name: {"requests": n, "opcodes": dict(c)} for name, (c, n) in runs.items()}
+    payload = {
+        name: {"requests": r.requests, "batches": r.batches, "opcodes": dict(r.opcodes)}
+        for name, r in runs.items()
+    }
     (RESULTS / f"{args.name}.json").write_text(json.dumps(payload))
     print(text)
 
