@@ -56,16 +56,22 @@ def prepare(batch: Batch, slot: int, arena: Segment | None) -> list[bytes | memo
     """The frames that send ``batch`` for ``slot`` (its large parts written into
     ``arena`` now), less the items left out; None if no item is left to send."""
     job, now = batch.job, time.monotonic()
-    batch.early = {}
-    for index in range(len(job.items)):
-        due = job.deadlines[index]
-        if (due is not None and due <= now) or not job.wanted(index):
-            batch.early[index] = left_out(due, now)
-    batch.sent = [i for i in range(len(job.items)) if i not in batch.early]
+    wanted = job.wanted
+    early = batch.early = {
+        index: left_out(due, now)
+        for index, due in enumerate(job.deadlines)
+        if (due is not None and due <= now) or not wanted(index)
+    }
+    count = len(job.items)
+    batch.sent = [i for i in range(count) if i not in early] if early else list(range(count))
     while batch.sent:
-        items = [job.items[i] for i in batch.sent]
-        deadlines = [job.deadlines[i] for i in batch.sent]
-        message = RunBatch(items, deadlines if any(due is not None for due in deadlines) else None)
+        if len(batch.sent) == count:  # the whole batch (as a rule)
+            items, deadlines = list(job.items), list(job.deadlines)
+        else:
+            items = [job.items[i] for i in batch.sent]
+            deadlines = [job.deadlines[i] for i in batch.sent]
+        dated = deadlines.count(None) < len(deadlines)
+        message = RunBatch(items, deadlines if dated else None)
         try:
             return encode(message, slot, arena)
         except Exception as exc:  # an item that does not pickle fails alone
