@@ -84,22 +84,26 @@ class QueueState:
     def arrived(self, now: float, size: int, cost: float = 0.0) -> None:
         """Count one new queued item of ``size`` units (and ``cost``) that arrived at ``now``."""
         self.cost += cost
-        if self.arrivals:
+        arrivals, count = self.arrivals, self.count
+        if arrivals:
             gap = now - self.newest_arrival_s
             mean = self.arrival_gap_s
-            weight = 1.0 / min(self.arrivals, _GAP_MEMORY)
-            self.arrival_gap_s = gap if mean is None else mean + weight * (gap - mean)
-        if not self.count:
+            if mean is None:
+                self.arrival_gap_s = gap
+            else:
+                weight = 1.0 / (arrivals if arrivals < _GAP_MEMORY else _GAP_MEMORY)
+                self.arrival_gap_s = mean + weight * (gap - mean)
+        if not count:
             self.oldest_arrival_s = now
         if self.returning:
             self.returning -= 1
             if not self.returning:
                 self._turned_around(now - self._returned_from)
         self.newest_arrival_s = now
-        self.arrivals += 1
-        self.count += 1
+        self.arrivals = arrivals + 1
+        self.count = count = count + 1
         self.size += size
-        active = self.count + self.in_flight
+        active = count + self.in_flight
         if now - self._window_start >= self.peak_window_s:
             recent = now - self._window_start < 2 * self.peak_window_s
             self.recent_peak = max(self._window_peak if recent else 0, active)

@@ -6,6 +6,7 @@ service (queues, batches, workers) is read from ``stats()`` when Prometheus scra
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -269,11 +270,13 @@ class RequestCollector(Collector):
     def record(self, route: str, status: int, seconds: float) -> None:
         """Count one finished request and its latency."""
         key = (route, status)
-        self._counts[key] = self._counts.get(key, 0) + 1
+        counts = self._counts
+        counts[key] = counts.get(key, 0) + 1
         histogram = self._latencies.get(route)
         if histogram is None:
             histogram = self._latencies[route] = Histogram(_LATENCY_BUCKETS_S)
-        histogram.add(seconds)
+        histogram.counts[bisect_left(_LATENCY_BUCKETS_S, seconds)] += 1  # Histogram.add, inline
+        histogram.total += seconds
 
     def snapshot(self) -> RequestCounts:
         """What this process has recorded so far (a copy)."""

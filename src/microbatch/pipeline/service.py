@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from .._hints import item_types
 from ..batcher import Batcher
@@ -63,6 +63,15 @@ class WorkerPool(Protocol):
 
     async def close(self) -> None:
         """Stop the workers."""
+
+
+class _Lane(NamedTuple):
+    """A route whose items go straight to one stage's batcher (see
+    :meth:`Service.submit_nowait`): worked out once, at start."""
+
+    batcher: Batcher[Any, Any]
+    pool: WorkerPool
+    stage: str
 
 
 class Service(Generic[T, R]):
@@ -121,6 +130,7 @@ class Service(Generic[T, R]):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pools: list[WorkerPool] = []
         self._batchers: list[Batcher[Any, Any]] = []
+        self._lanes: dict[str | None, _Lane] = {}  # the routes submit_nowait takes
         self._in_flight = 0
         self._started = False
         self._draining = False
@@ -192,6 +202,19 @@ class Service(Generic[T, R]):
             await self.close()
             raise
         self._started = True
+        self._lanes = self._nowait_lanes()
+
+    def _nowait_lanes(self) -> dict[str | None, _Lane]:
+        """The routes of one stage that neither streams nor needs :meth:`submit`."""
+        lanes = {}
+        for route in (None, *self.routes):
+            steps = self._steps(route)
+            if len(steps) == 1 and steps[0] not in self._streaming:
+                index = steps[0]
+                batcher = self._batchers[index]
+                if batcher.accepts_nowait:
+                    lanes[route] = _Lane(batcher, self._pools[index], self.stages[index].name)
+        return lanes
 
     async def submit(
         self,
@@ -264,17 +287,16 @@ class Service(Generic[T, R]):
         Raises:
             As :meth:`submit`, at once (nothing was queued).
         """
-        steps = self._admit(route)
-        if len(steps) != 1:
+        lane = self._lanes.get(route)
+        if lane is None:
+            self._admit(route)  # refused at once, as by submit; else submit takes it
             return None
-        index = steps[0]
-        batcher = self._batchers[index]
-        if index in self._streaming or not batcher.accepts_nowait:
-            return None
+        if self._draining or self._in_flight >= self.max_in_flight or not lane.pool.alive:
+            self._admit(route)  # raises the refusal
         if timing is not None:
-            timing.stage = self.stages[index].name
+            timing.stage = lane.stage
         left = self._left  # once the item is answered, failed or withdrawn
-        future = batcher.submit_nowait(item, deadline=deadline, timing=timing, on_settled=left)
+        future = lane.batcher.submit_nowait(item, deadline=deadline, timing=timing, on_settled=left)
         self._in_flight += 1
         return future
 
@@ -434,7 +456,7 @@ class Service(Generic[T, R]):
             *(pool.close() for pool in self._pools),
         )
         self._started = False
-        self._pools, self._batchers = [], []
+        self._pools, self._batchers, self._lanes = [], [], {}
 
     async def __aenter__(self) -> Service[T, R]:
         await self.start()

@@ -299,7 +299,7 @@ class HttpConnection(StreamPath):
         predictor = front.predictors.get(path)
         if predictor is not None:
             self._predictor = predictor
-            self._request_id = predictor.request_id(self._header(REQUEST_ID_HEADER))
+            self._request_id = predictor.request_id(self._named.get(REQUEST_ID_HEADER))
             try:
                 self._checked = predictor.check(self._named)
             except Exception as error:
@@ -471,11 +471,7 @@ class HttpConnection(StreamPath):
 
     def _await_request(self) -> None:
         self._phase = HEAD
-        self._cycle = None
-        self._predictor = None
-        self._checked = None
-        self._stream_route = None
-        self._stream_request = None
+        self._cycle = None  # the request's other state is reset as the next one begins
         self._head_since = now = self._clock.now()
         self._read_by(now + self._head_wait_s)
 
