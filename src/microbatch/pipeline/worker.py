@@ -48,6 +48,11 @@ class RunBatch:
     items: list[Any]
     deadlines: Sequence[float | None] | None = None
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickled once per batch: a plain reduce, not the slots dataclass's
+        # __getstate__ (a walk over its fields, in Python)
+        return (RunBatch, (self.items, self.deadlines))
+
 
 @dataclass(frozen=True, slots=True)
 class Drop:
