@@ -118,8 +118,9 @@ def by_module(counts: Counter[str]) -> Counter[str]:
     return modules
 
 
-def report(runs: dict[str, Counted], connections: int, top: int) -> str:
-    """Markdown: totals, per module and the busiest functions, per request."""
+def report(runs: dict[str, Counted], top: int) -> str:
+    """Markdown: totals, per module and the busiest functions, per request (a column
+    per run: ``TREE @ CONNECTIONS``)."""
     names = list(runs)
     per = {
         name: {k: v / max(1, r.requests) for k, v in r.opcodes.items()} for name, r in runs.items()
@@ -130,7 +131,10 @@ def report(runs: dict[str, Counted], connections: int, top: int) -> str:
     lines = [
         "# Python opcodes per request in the serving process (`benchmarks/hot_path_opcodes.py`)",
         "",
-        f"*scalar* workload, {connections} connections (wrk), one process worker, max batch 64.",
+        "*scalar* workload driven by wrk (a column per source tree and number of"
+        " connections), one process worker, max batch 64. The batches of the slowed-down"
+        " server vary from run to run at 64 connections (see *mean batch*), and with"
+        " them the per-batch share; at 1 connection every batch holds one request.",
         "",
         "| | " + " | ".join(names) + " |",
         rule,
@@ -161,7 +165,7 @@ def report(runs: dict[str, Counted], connections: int, top: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--connections", type=int, nargs="+", default=[1, 64])
     parser.add_argument("--seconds", type=float, default=3.0, help="counted wrk run")
     parser.add_argument("--before-src", type=Path, help="also count this source tree")
     parser.add_argument("--top", type=int, default=30, help="functions listed")
@@ -172,15 +176,17 @@ def main() -> None:
         trees = {"before": args.before_src.resolve(), **trees}
     runs = {}
     with tempfile.TemporaryDirectory() as work:
-        for name, src in trees.items():
-            done = runs[name] = count(src, args.connections, args.seconds, Path(work))
-            total = sum(done.opcodes.values()) / max(1, done.requests)
-            print(
-                f"{name}: {done.requests} requests in {done.batches} batches,"
-                f" {total:.0f} opcodes per request",
-                flush=True,
-            )
-    text = report(runs, args.connections, args.top)
+        for connections in args.connections:
+            for name, src in trees.items():
+                key = f"{name} @ {connections}"
+                done = runs[key] = count(src, connections, args.seconds, Path(work))
+                total = sum(done.opcodes.values()) / max(1, done.requests)
+                print(
+                    f"{key}: {done.requests} requests in {done.batches} batches,"
+                    f" {total:.0f} opcodes per request",
+                    flush=True,
+                )
+    text = report(runs, args.top)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{args.name}.md").write_text(text + "\n")
     payload = {
