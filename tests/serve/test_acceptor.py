@@ -97,13 +97,12 @@ async def _out_of_descriptors() -> None:
         acceptor = Acceptor(sock, lambda: _Echo(made, all_made, 1), loop)
         failing = mock.Mock(side_effect=OSError(errno.EMFILE, "Too many open files"))
         with mock.patch.object(loop, "call_later") as call_later:
-            real_accept = socket.socket.accept
-            with mock.patch.object(socket.socket, "accept", failing):
+            with mock.patch.object(socket.socket, "_accept", failing, create=True):
                 acceptor.accept_pending()  # stops reading, retries later
             assert made == []
             (delay, resume), _ = call_later.call_args
             assert delay > 0
-            assert socket.socket.accept is real_accept
+            assert "_accept" not in vars(socket.socket)
         resume()  # the retry: readable again, the waiting client is taken
         await asyncio.wait_for(all_made.wait(), HANG_GUARD_S)
         assert len(made) == 1

@@ -46,6 +46,10 @@ class Acceptor:
         self._loop = loop
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        # Each accepted socket is made with the listening one's family and type as
+        # known here: socket.accept() converts both to enums for every connection.
+        self._kind = (sock.family, sock.type, sock.proto)
+        self._tcp = sock.family in (socket.AF_INET, socket.AF_INET6)
         sock.setblocking(False)
         loop.add_reader(sock.fileno(), self.accept_pending)
 
@@ -53,7 +57,7 @@ class Acceptor:
         """Accept every connection waiting in the socket's accept queue."""
         while not self._closed:
             try:
-                conn, _ = self._sock.accept()
+                fd, _ = self._sock._accept()  # type: ignore[attr-defined]  # (see _kind)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as error:
@@ -65,11 +69,11 @@ class Acceptor:
                 if error.errno in (errno.ECONNABORTED, errno.EPROTO):
                     continue  # the client left before we took it
                 raise
-            self._start(conn)
+            self._start(socket.socket(*self._kind, fileno=fd))
 
     def _start(self, conn: socket.socket) -> None:
         conn.setblocking(False)
-        if conn.family in (socket.AF_INET, socket.AF_INET6):
+        if self._tcp:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         task = self._loop.create_task(self._connect(conn))
         self._tasks.add(task)
