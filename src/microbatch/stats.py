@@ -307,10 +307,13 @@ class StreamStatsRecorder:
     def chunk(self, stream: _Timed, now: float) -> None:
         """``stream`` gets a chunk at ``now`` (before it is pushed)."""
         self.chunks += 1
-        if stream.last_chunk_s is None:
-            self._first.add(now - stream.opened_s)
+        last = stream.last_chunk_s
+        if last is None:
+            histogram, seconds = self._first, now - stream.opened_s
         else:
-            self._between.add(now - stream.last_chunk_s)
+            histogram, seconds = self._between, now - last
+        histogram.counts[bisect_left(STREAM_TIME_BUCKETS_S, seconds)] += 1  # add(), inline
+        histogram.total += seconds
 
     def ended(self, stream: _Ended, now: float) -> None:
         """``stream`` ended at ``now``."""

@@ -131,13 +131,14 @@ class Channel:
         if self.ended:
             return
         chunks = self.chunks
-        if self.max_buffered is not None and len(chunks) >= self.max_buffered:
+        most = self.max_buffered
+        if most is not None and len(chunks) >= most:
             self.finish(SlowReader.after(len(chunks)))
             return
         self.last_chunk_s = self._clock.now() if now is None else now
         chunks.append(chunk)
-        self.chunks_sent += 1
-        if self.chunks_sent == 1 and self.first_chunk_deadline is not None:
+        sent = self.chunks_sent = self.chunks_sent + 1
+        if sent == 1 and self.first_chunk_deadline is not None:
             self._arm()  # the first chunk's deadline is met: the whole stream's is next
         if self._on_chunk is not None:
             self._on_chunk()

@@ -71,8 +71,10 @@ class DirectWriter:
         ready: list[Any] = self._stream.take_ready()
         if not ready:
             return
-        try:
-            written = self._write(b"".join(self._encode(one) for one in ready))
+        encode = self._encode
+        try:  # one chunk per step, as a rule
+            data = encode(ready[0]) if len(ready) == 1 else b"".join(map(encode, ready))
+            written = self._write(data)
         except (TypeError, ValueError, NotImplementedError, OverflowError):
             written = False  # the task encodes them again, and ends with the error
         if written:
