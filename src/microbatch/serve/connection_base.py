@@ -43,58 +43,55 @@ class ConnectionBase(asyncio.Protocol):
         front: What the server's connections share.
     """
 
-    # A new connection's state: class attributes, so that making a connection sets
-    # only what it does not share (each is set on the connection when it changes).
-    _transport: asyncio.Transport | None = None
-    _phase = HEAD
-    _buffer = b""  # bytes received, not yet given to the parser
-    _scanned = 0  # bytes of the buffer already searched for the blank line
-    _processing = False
-    _reading_paused = False
-    _held_for_app = False
-    _write_paused = False
-    # the one timer
-    _timer: Timer | None = None
-    _timer_at = math.inf
-    _due = math.inf
-    _head_since = 0.0
-    # the request being read or answered
-    _url = b""
-    _remaining = 0  # body bytes still to feed; -1: chunked
-    _chunked: ChunkedEnd | None = None
-    _continue = False
-    _keep_alive = True
-    _message_done = False
-    _responded = False
-    _http10 = False
-    _body_size = 0
-    _predictor: Predictor | None = None
-    _checked: Checked | None = None
-    _stream_route: StreamRoute | None = None  # the request asks for a stream
-    _stream_request: StreamRequest | None = None
-    _started = 0.0
-    _request_id = ""
-    _client = "-"
-    _sockname: Any = None  # the transport's addresses, once connected
-    _peername: Any = None
-    _task: asyncio.Task[None] | None = None
-    _pending: asyncio.Future[Any] | None = None  # a queued item's result
-    _encoder: Codec = JSON
-    _timing: Timing | None = None
-    _cycle: AsgiCycle | None = None
-    _ignore_parser = False
-
     def __init__(self, front: ConnectionOwner) -> None:
         self._front = front
-        limits = self._limits = front.limits
+        self._limits = front.limits
         self._loop = asyncio.get_running_loop()
         self._clock = front.clock if front.clock is not None else _LoopClock(self._loop)
+        self._transport: asyncio.Transport | None = None
+        self._phase = HEAD
+        self._buffer = b""  # bytes received, not yet given to the parser
+        self._scanned = 0  # bytes of the buffer already searched for the blank line
+        self._processing = False
+        self._reading_paused = False
+        self._held_for_app = False
+        self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
+        # the one timer
+        self._timer: Timer | None = None
+        self._timer_at = math.inf
+        self._due = math.inf
+        self._head_since = 0.0
         # the first deadline of a request's headers: the idle limit, if sooner
-        self._head_wait_s = min(limits.header_timeout_s, limits.keep_alive_s)
+        self._head_wait_s = min(self._limits.header_timeout_s, self._limits.keep_alive_s)
+        # the request being read or answered
+        self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []  # as they came (the ASGI scope's)
         self._named: dict[bytes, bytes] = {}  # by name, the last value of each
+        self._remaining = 0  # body bytes still to feed; -1: chunked
+        self._chunked: ChunkedEnd | None = None
+        self._continue = False
+        self._keep_alive = True
+        self._message_done = False
+        self._responded = False
+        self._http10 = False
         self._body: list[bytes] = []
+        self._body_size = 0
+        self._predictor: Predictor | None = None
+        self._checked: Checked | None = None
+        self._stream_route: StreamRoute | None = None  # the request asks for a stream
+        self._stream_request: StreamRequest | None = None
+        self._started = 0.0
+        self._request_id = ""
+        self._client = "-"
+        self._sockname: Any = None  # the transport's addresses, once connected
+        self._peername: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self._pending: asyncio.Future[Any] | None = None  # a queued item's result
+        self._encoder: Codec = JSON
+        self._timing: Timing | None = None
+        self._cycle: AsgiCycle | None = None
+        self._ignore_parser = False
 
     @property
     def _started_asgi(self) -> bool:
