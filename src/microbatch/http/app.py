@@ -36,6 +36,7 @@ from .openai import embedding_routes
 from .predict import (
     TIMEOUT_HEADER,
     Predictor,
+    RouteSettings,
     encode_result,
     error_response,
     timeout_from_header,
@@ -144,28 +145,19 @@ class HttpApp:
         }
 
     def _predictor(self, route: str | None, decoders: dict[str, Decoder]) -> Predictor:
-        return Predictor(
-            self,
-            self.servable,
-            route,
-            decoders,
-            self.config.default_timeout_s,
-            self.config.max_body_bytes,
-            self._expected_authorization,
-            _predict_path(route),
-            self._request_ids.for_request,
-            self._errors.failed,
-            self.config.server_timing,
-            self.tracer,
-        )
+        return Predictor(self.servable, self._route_settings(route, decoders, _predict_path(route)))
 
     def _stream_route(
         self, route: str | None, decoders: dict[str, Decoder], label: str
     ) -> StreamRoute:
         assert self._streaming is not None
-        return StreamRoute(
+        return StreamRoute(self._streaming, self._route_settings(route, decoders, label))
+
+    def _route_settings(
+        self, route: str | None, decoders: dict[str, Decoder], label: str
+    ) -> RouteSettings:
+        return RouteSettings(
             self,
-            self._streaming,
             route,
             decoders,
             self.config.default_timeout_s,

@@ -17,6 +17,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ..timing import Timing, accepts_timing
@@ -37,10 +38,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TIMEOUT_HEADER",
+    "BodyRoute",
     "Checked",
     "DrainState",
     "HeaderMap",
     "Predictor",
+    "RouteSettings",
     "check_bearer",
     "check_body_length",
     "encode_result",
@@ -78,37 +81,54 @@ class Checked(NamedTuple):
     encoder: Codec
 
 
-class Predictor:
-    """One predict route of an app, transport-neutral.
+@dataclass(frozen=True, slots=True)
+class RouteSettings:
+    """What a route that reads a request's body is set with.
 
-    Args:
+    Attributes:
         app: Whose draining state is read on every request.
-        servable: The served model.
-        route: The servable's route name, or None for ``/predict`` (every stage).
+        route: The servable's route name, or None for the whole servable.
         decoders: A body decoder per codec name, for the route's input type.
-        default_timeout_s: A request's deadline from its arrival.
+        default_timeout_s: A request's deadline from its arrival (a stream's: the
+            whole stream).
         max_body_bytes: Largest body (413 above it).
         authorization: The exact ``Authorization`` value required, or None.
-        label: The route's name in metrics (``/predict`` or ``/predict/{route}``).
+        label: The route's name in metrics (``/predict``, ``/predict/{route}``,
+            ``/stream``, ...).
         request_id: The request's id from the client's ``X-Request-ID`` value (see
             :class:`~.request_id.RequestIds`).
         failed: Logs a server error under its request id (the app's
             :class:`~.error_log.RepeatedErrorLog`).
-        server_timing: Answer with ``Server-Timing`` (when the servable's ``submit``
-            takes a ``timing`` record).
+        server_timing: Answer with ``Server-Timing`` (errors too, see
+            :func:`~microbatch.timing.failure_line`).
         tracer: Trace each request (see :mod:`microbatch.tracing`), or None.
     """
+
+    app: DrainState
+    route: str | None
+    decoders: dict[str, Decoder]
+    default_timeout_s: float
+    max_body_bytes: int
+    authorization: bytes | None
+    label: str
+    request_id: Callable[[bytes | None], str]
+    failed: Callable[[str, BaseException], None]
+    server_timing: bool = True
+    tracer: Tracer | None = None
+
+
+class BodyRoute:
+    """What a route that reads a request's body holds, transport-neutral: its
+    settings (as attributes, read on every request) and the decoders the
+    ``Content-Type`` values seen so far chose (see :class:`Predictor` and
+    :class:`~.stream_route.StreamRoute`)."""
 
     __slots__ = (
         "_app",
         "_authorization",
-        "_by_accept",
         "_by_content_type",
         "_decoders",
         "_default_timeout_s",
-        "_submit",
-        "_submit_nowait",
-        "_tells",
         "_tracer",
         "failed",
         "label",
@@ -116,25 +136,36 @@ class Predictor:
         "request_id",
         "route",
         "tells",
-        "timed",
     )
 
-    def __init__(
-        self,
-        app: DrainState,
-        servable: Servable[Any, Any],
-        route: str | None,
-        decoders: dict[str, Decoder],
-        default_timeout_s: float,
-        max_body_bytes: int,
-        authorization: bytes | None,
-        label: str,
-        request_id: Callable[[bytes | None], str],
-        failed: Callable[[str, BaseException], None],
-        server_timing: bool = True,
-        tracer: Tracer | None = None,
-    ) -> None:
-        self._app = app
+    def __init__(self, settings: RouteSettings) -> None:
+        self._app = settings.app
+        self.route = settings.route
+        self._decoders = settings.decoders
+        self._default_timeout_s = settings.default_timeout_s
+        self.max_body_bytes = settings.max_body_bytes
+        self._authorization = settings.authorization
+        self.label = settings.label
+        self.request_id = settings.request_id
+        self.failed = settings.failed
+        self.tells = settings.server_timing
+        self._tracer = settings.tracer
+        # what the Content-Type values seen so far chose (a few, at most)
+        self._by_content_type: dict[bytes | None, Decoder] = {}
+
+
+class Predictor(BodyRoute):
+    """One predict route of an app, transport-neutral.
+
+    Args:
+        servable: The served model.
+        settings: The route's.
+    """
+
+    __slots__ = ("_by_accept", "_submit", "_submit_nowait", "timed")
+
+    def __init__(self, servable: Servable[Any, Any], settings: RouteSettings) -> None:
+        super().__init__(settings)
         # Any: a servable's submit takes ``timing`` only where accepts_timing() says so
         self._submit: Callable[..., Awaitable[Any]] = servable.submit
         # A servable that can queue an item without a coroutine (a Service) spares
@@ -142,23 +173,9 @@ class Predictor:
         self._submit_nowait: Callable[..., asyncio.Future[Any] | None] | None = getattr(
             servable, "submit_nowait", None
         )
-        self._tells = server_timing
-        self.tells = server_timing
-        """Whether responses carry ``Server-Timing`` (errors too, see
-        :func:`~microbatch.timing.failure_line`)."""
-        self._tracer = tracer
-        self.timed = (server_timing or tracer is not None) and accepts_timing(servable)
-        self.route = route
-        self._decoders = decoders
-        self._default_timeout_s = default_timeout_s
-        self.max_body_bytes = max_body_bytes
-        self._authorization = authorization
-        self.label = label
-        self.request_id = request_id
-        self.failed = failed
-        # what the Content-Type and Accept values seen so far chose (a few, at most)
-        self._by_content_type: dict[bytes | None, Decoder] = {}
-        self._by_accept: dict[bytes | None, Codec] = {}
+        self.timed = (self.tells or self._tracer is not None) and accepts_timing(servable)
+        """Whether a request gets a timing record (for ``Server-Timing`` or a trace)."""
+        self._by_accept: dict[bytes | None, Codec] = {}  # what Accept values chose
 
     def check(self, headers: HeaderMap, *, authorize: bool = True) -> Checked:
         """Everything about a request that its headers decide, before its body is read.
@@ -199,7 +216,7 @@ class Predictor:
             return None
         timing = Timing(time.monotonic() if start_s is None else start_s)
         if self._tracer is not None:
-            timing.told = self._tells
+            timing.told = self.tells
             self._tracer.start_request(timing, "POST " + self.label, headers)
         return timing
 

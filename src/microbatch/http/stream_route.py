@@ -10,16 +10,17 @@ the servable's stream (under a span of its own when traced).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..types import StreamingServable, deadline_from
 from .codecs import Decoder
 from .predict import (
     TIMEOUT_HEADER,
-    DrainState,
+    BodyRoute,
     HeaderMap,
     RawHeaders,
+    RouteSettings,
     check_bearer,
     check_body_length,
     remembered_decoder,
@@ -34,7 +35,7 @@ from .streams import (
 )
 
 if TYPE_CHECKING:
-    from ..tracing import Tracer
+    pass
 
 __all__ = ["StreamRequest", "StreamRoute"]
 
@@ -48,69 +49,21 @@ class StreamRequest(NamedTuple):
     decode: Decoder
 
 
-class StreamRoute:
+class StreamRoute(BodyRoute):
     """One stream route of an app, transport-neutral.
 
     Args:
-        app: Whose draining state is read on every request.
         servable: The served model.
-        route: The servable's route name, or None for the whole model.
-        decoders: A body decoder per codec name, for the route's input type.
-        default_timeout_s: A stream's deadline from its arrival (the whole stream).
-        max_body_bytes: Largest body (413 above it).
-        authorization: The exact ``Authorization`` value required, or None.
-        label: The path's name in metrics (``/stream``, or ``/predict`` asked for one).
-        request_id: The request's id from the client's ``X-Request-ID`` value.
-        failed: Logs a server error under its request id.
-        server_timing: Whether a stream's head tells ``Server-Timing`` (the wait
-            for its first chunk; an error's, what is known).
-        tracer: A span per stream (see :mod:`microbatch.tracing`), or None.
+        settings: The route's (its label: ``/stream``, or ``/predict`` asked for a
+            stream; its ``server_timing``: a stream's head tells the wait for its
+            first chunk, an error's what is known; its tracer: a span per stream).
     """
 
-    __slots__ = (
-        "_app",
-        "_authorization",
-        "_by_content_type",
-        "_decoders",
-        "_default_timeout_s",
-        "_servable",
-        "_tracer",
-        "failed",
-        "label",
-        "max_body_bytes",
-        "request_id",
-        "route",
-        "tells",
-    )
+    __slots__ = ("_servable",)
 
-    def __init__(
-        self,
-        app: DrainState,
-        servable: StreamingServable[Any, Any],
-        route: str | None,
-        decoders: dict[str, Decoder],
-        default_timeout_s: float,
-        max_body_bytes: int,
-        authorization: bytes | None,
-        label: str,
-        request_id: Callable[[bytes | None], str],
-        failed: Callable[[str, BaseException], None],
-        server_timing: bool = True,
-        tracer: Tracer | None = None,
-    ) -> None:
-        self._app = app
+    def __init__(self, servable: StreamingServable[Any, Any], settings: RouteSettings) -> None:
+        super().__init__(settings)
         self._servable = servable
-        self.route = route
-        self._decoders = decoders
-        self._default_timeout_s = default_timeout_s
-        self.max_body_bytes = max_body_bytes
-        self._authorization = authorization
-        self.label = label
-        self.request_id = request_id
-        self.failed = failed
-        self.tells = server_timing
-        self._tracer = tracer
-        self._by_content_type: dict[bytes | None, Decoder] = {}
 
     def check(self, headers: HeaderMap, *, authorize: bool = True) -> StreamRequest:
         """Everything about a stream request that its headers decide, before its body

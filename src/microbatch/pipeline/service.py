@@ -66,8 +66,7 @@ class WorkerPool(Protocol):
 
 
 class _Lane(NamedTuple):
-    """A route whose items go straight to one stage's batcher (see
-    :meth:`Service.submit_nowait`): worked out once, at start."""
+    """A route whose items go straight to one stage's batcher (set at start)."""
 
     batcher: Batcher[Any, Any]
     pool: WorkerPool
