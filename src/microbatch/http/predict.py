@@ -153,6 +153,20 @@ class BodyRoute:
         # what the Content-Type values seen so far chose (a few, at most)
         self._by_content_type: dict[bytes | None, Decoder] = {}
 
+    def _deadline(self, get: Callable[[bytes], bytes | None], authorize: bool) -> float | None:
+        """The checks every body route makes first, in this order (401, 503, then 400
+        for a bad ``X-Request-Timeout-Ms``); the request's deadline.
+
+        Args:
+            get: Looks a header up by its lower-case name.
+            authorize: Check the bearer token here (False where the caller did).
+        """
+        if authorize:
+            check_bearer(get(b"authorization"), self._authorization)
+        if self._app.draining:
+            raise NotReady("the server is shutting down")
+        return request_deadline(get(TIMEOUT_HEADER), self._default_timeout_s)
+
 
 class Predictor(BodyRoute):
     """One predict route of an app, transport-neutral.
@@ -193,11 +207,7 @@ class Predictor(BodyRoute):
             NotAcceptable: ``Accept`` names neither (406).
         """
         get = headers.get
-        if authorize:
-            check_bearer(get(b"authorization"), self._authorization)
-        if self._app.draining:
-            raise NotReady("the server is shutting down")
-        deadline = request_deadline(get(TIMEOUT_HEADER), self._default_timeout_s)
+        deadline = self._deadline(get, authorize)
         decode = remembered_decoder(self._by_content_type, self._decoders, get(b"content-type"))
         accept = get(b"accept")
         encoder = self._by_accept.get(accept)

@@ -16,17 +16,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..types import StreamingServable, deadline_from
 from .codecs import Decoder
 from .predict import (
-    TIMEOUT_HEADER,
     BodyRoute,
     HeaderMap,
     RawHeaders,
     RouteSettings,
-    check_bearer,
     check_body_length,
     remembered_decoder,
-    request_deadline,
 )
-from .status import NotReady
 from .streams import (
     FIRST_CHUNK_TIMEOUT_HEADER,
     Framing,
@@ -83,11 +79,7 @@ class StreamRoute(BodyRoute):
             BodyTooLarge: ``Content-Length`` is over the limit (413).
         """
         get = headers.get
-        if authorize:
-            check_bearer(get(b"authorization"), self._authorization)
-        if self._app.draining:
-            raise NotReady("the server is shutting down")
-        deadline = request_deadline(get(TIMEOUT_HEADER), self._default_timeout_s)
+        deadline = self._deadline(get, authorize)
         first_timeout = first_chunk_timeout_from(get(FIRST_CHUNK_TIMEOUT_HEADER))
         first_chunk_deadline = deadline_from(first_timeout, deadline)
         framing = framing_for_accept(get(b"accept"))
