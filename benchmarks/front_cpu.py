@@ -11,7 +11,11 @@ per request: ``time.process_time()`` over ``--requests`` requests, each source
 tree in a process of its own, the trees alternated ``--rounds`` times; the report
 gives each round's figure and the median.
 
-Run: ``python benchmarks/front_cpu.py [--before-src /tmp/before/src]``.
+Run: ``python benchmarks/front_cpu.py [--before-src /tmp/before/src]``. The trees
+are imported as they are: this checkout's ``src/`` is pure Python; for the hot path
+compiled as the wheel compiles it, make a tree with ``benchmarks/compiled_tree.py``
+(``python benchmarks/compiled_tree.py src /tmp/compiled``, then ``--before-src
+/tmp/compiled/src``).
 """
 
 from __future__ import annotations

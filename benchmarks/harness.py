@@ -8,6 +8,7 @@ Used by ``benchmarks/http_serving.py`` (simple workloads), ``benchmarks/real_mod
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -111,10 +112,13 @@ class Contender:
 
 def ensure_venv(contender: Contender) -> None:
     """Create ``benchmarks/.venvs/NAME`` and install the contender, unless done before
-    with the same packages (a ``.installed`` marker holds what was installed)."""
+    with the same packages (a ``.installed`` marker holds what was installed). A
+    regular (not editable) install of this checkout, which compiles its hot path, is
+    built again whenever the checkout's source changed since."""
     marker = contender.venv / ".installed"
     wanted = " ".join(contender.first + contender.packages)
     if marker.exists() and marker.read_text() == wanted:
+        _reinstall_if_changed(contender)
         return
     print(f"[{contender.name}] creating {contender.venv}", flush=True)
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(contender.venv)], check=True)
@@ -124,6 +128,39 @@ def ensure_venv(contender: Contender) -> None:
         subprocess.run([*pip, *contender.first], check=True)
     subprocess.run([*pip, *contender.packages], check=True)
     marker.write_text(wanted)
+    _source_marker(contender).write_text(source_fingerprint())
+
+
+def source_fingerprint() -> str:
+    """A digest of what a regular install of this checkout is built from."""
+    digest = hashlib.sha256()
+    files = [ROOT / "pyproject.toml", ROOT / "hatch_build.py", *(ROOT / "src").rglob("*.py")]
+    for path in sorted(files):
+        digest.update(str(path.relative_to(ROOT)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _source_marker(contender: Contender) -> Path:
+    return contender.venv / ".source"
+
+
+def _reinstall_if_changed(contender: Contender) -> None:
+    """Build this checkout into the venv again where it is installed regularly (not
+    with ``-e``) and its source changed since it was."""
+    packages = contender.packages
+    regular = [
+        package
+        for at, package in enumerate(packages)
+        if package.startswith(str(ROOT)) and (at == 0 or packages[at - 1] != "-e")
+    ]
+    marker = _source_marker(contender)
+    if not regular or (marker.exists() and marker.read_text() == source_fingerprint()):
+        return
+    print(f"[{contender.name}] installing this checkout again (its source changed)", flush=True)
+    pip = [str(contender.python), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall"]
+    subprocess.run([*pip, *regular], check=True)
+    marker.write_text(source_fingerprint())
 
 
 def versions(contender: Contender, keep: tuple[str, ...] = VERSIONS_OF) -> str:

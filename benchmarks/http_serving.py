@@ -77,7 +77,7 @@ MICROBATCH = Contender(
     name="microbatch",
     framework="microbatch",
     server="microbatch_server:service",
-    packages=("-e", f"{ROOT}[http]", "numpy"),
+    packages=(f"{ROOT}[http]", "numpy"),  # a regular install: the hot path compiled
     predict_path="/predict",
     health_path="/health/ready",
     settings="Service, 1 process Stage, BatchConfig(max_batch_size=64, "
@@ -102,6 +102,13 @@ CONTENDERS = {
             settings="as microbatch, with the code under --before-src (a checkout's src/ "
             "put first on PYTHONPATH): before and after in one run",
             venv_name="microbatch",
+        ),
+        replace(
+            MICROBATCH,
+            name="microbatch-pure",
+            packages=("-e", f"{ROOT}[http]", "numpy"),
+            settings="as microbatch, installed editable (`pip install -e`): pure Python, "
+            "nothing compiled (hatch_build.py)",
         ),
         replace(
             MICROBATCH,

@@ -44,7 +44,7 @@ class InThisEnvironment(Contender):
         return Path(sys.executable)
 
 
-_MICROBATCH = ("-e", f"{ROOT}[http]")
+_MICROBATCH = (f"{ROOT}[http]",)  # a regular install: the hot path compiled (hatch_build.py)
 HTTP_CONTENDERS = [
     HttpContender(
         "microbatch step-wise (HTTP, NDJSON)",

@@ -13,6 +13,8 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
+from mypy_extensions import mypyc_attr
+
 from .composition import Composer, batch_cost
 from .policy import QueueState
 from .stats import StatsRecorder
@@ -20,6 +22,7 @@ from .stats import StatsRecorder
 __all__ = ["Pending", "PendingQueue"]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # other entries extend it
 class Pending:
     """What the queue needs of an entry; each batcher's entry extends it.
 

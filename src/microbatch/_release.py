@@ -16,6 +16,8 @@ import asyncio
 from collections.abc import Callable
 from functools import partial
 
+from mypy_extensions import mypyc_attr
+
 from ._batch_timing import record_batch
 from ._entries import Entry as _Entry
 from ._entries import wanted
@@ -33,6 +35,7 @@ from .types import BatchDone, BatchJob, BatchRunner
 __all__ = ["BatchRelease"]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the Batcher extends it
 class BatchRelease:
     """Releases queued batches to the runner and settles them when they are done:
     the base of :class:`~microbatch.batcher.Batcher`, whose ``__init__`` sets every

@@ -22,7 +22,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from types import TracebackType
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, TypeVar
 
 from ._deadlines import DeadlineWatch
 from ._entries import Entry as _Entry
@@ -36,7 +36,7 @@ from .execution import settle
 from .policy import Policy
 from .stats import BatcherStats
 from .timing import Timing
-from .types import BatchDone, BatchJob, BatchRunner
+from .types import BatchDone, BatchJob, BatchRunner, BeginsBatches
 
 __all__ = ["Batcher", "BeginsBatches"]
 
@@ -46,17 +46,6 @@ R = TypeVar("R")
 BatchFunction = (
     Callable[[list[Any]], Awaitable[Sequence[Any]]] | Callable[[list[Any]], Sequence[Any]]
 )
-
-
-@runtime_checkable
-class BeginsBatches(Protocol):
-    """A runner that can also hand over a batch without a task: ``begin`` sends it
-    now and calls ``on_done`` with the :class:`~microbatch.types.BatchDone` that
-    ``run`` would return, once, from the event loop, never from within ``begin``
-    (a process pool: the result is reported in the loop round it is read)."""
-
-    def begin(self, job: BatchJob, on_done: Callable[[BatchDone], None]) -> None:
-        """Hand ``job`` over; report how it went to ``on_done``."""
 
 
 class Batcher(BatchRelease, Generic[T, R]):

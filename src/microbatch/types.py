@@ -22,6 +22,7 @@ __all__ = [
     "BatchDone",
     "BatchJob",
     "BatchRunner",
+    "BeginsBatches",
     "Route",
     "Servable",
     "StreamingServable",
@@ -244,3 +245,14 @@ class BatchRunner(Protocol):
 
     def running_since(self) -> float | None:
         """When the oldest batch running now started, or None if none runs."""
+
+
+@runtime_checkable
+class BeginsBatches(Protocol):
+    """A runner that can also hand over a batch without a task: ``begin`` sends it
+    now and calls ``on_done`` with the :class:`~microbatch.types.BatchDone` that
+    ``run`` would return, once, from the event loop, never from within ``begin``
+    (a process pool: the result is reported in the loop round it is read)."""
+
+    def begin(self, job: BatchJob, on_done: Callable[[BatchDone], None]) -> None:
+        """Hand ``job`` over; report how it went to ``on_done``."""
