@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 
 import microbatch
@@ -17,9 +19,15 @@ def triple(points: list[Point]) -> list[Doubled]:
 
 class Slow(Model):
     """Doubles after 0.5 s, one item per batch, one queued at most: a second request
-    waits, a third is refused (``Overloaded``)."""
+    waits, a third is refused (``Overloaded``). Each batch, as it starts, connects
+    to the Unix socket named by ``SLOW_STARTED`` (when set): the test listening
+    there knows that it runs."""
 
     def predict(self, batch: list[Point]) -> list[Doubled]:
+        started = os.environ.get("SLOW_STARTED")
+        if started:
+            with socket.socket(socket.AF_UNIX) as tell:
+                tell.connect(started)
         time.sleep(0.5)
         return [Doubled(2 * point.x) for point in batch]
 

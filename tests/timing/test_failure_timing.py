@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -144,13 +145,21 @@ async def test_a_streams_head_tells_the_wait_for_its_first_chunk() -> None:
     assert set(metrics) == {"first"} and float(metrics["first"]["dur"]) >= 0
 
 
-async def _slow_scenario(url: str) -> tuple[httpx.Response, list[httpx.Response]]:
-    """One request in the 0.5 s model, then three with a 150 ms deadline: one handed
-    over behind it and one queued (both expire), one refused (the queue holds one)."""
-    async with httpx.AsyncClient(base_url=url, timeout=HANG_GUARD_S) as client:
+async def _slow_scenario(url: str, started: Path) -> tuple[httpx.Response, list[httpx.Response]]:
+    """One request in the 0.5 s model (which connects to the Unix socket ``started``
+    as it starts), then three with a 300 ms deadline: one handed over behind it and
+    one queued (both expire), one refused (the queue holds one)."""
+    running = asyncio.Event()
+
+    def told(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        running.set()
+        writer.close()
+
+    listening = await asyncio.start_unix_server(told, path=str(started))
+    async with listening, httpx.AsyncClient(base_url=url, timeout=HANG_GUARD_S) as client:
         first = asyncio.ensure_future(client.post("/predict", json={"x": 1.0}))
-        await asyncio.sleep(0.1)
-        short = {"x-request-timeout-ms": "150"}
+        await asyncio.wait_for(running.wait(), HANG_GUARD_S)  # a loaded machine is slow
+        short = {"x-request-timeout-ms": "300"}
         others = await asyncio.gather(
             *(client.post("/predict", json={"x": x}, headers=short) for x in (2.0, 3.0, 4.0))
         )
@@ -159,10 +168,14 @@ async def _slow_scenario(url: str) -> tuple[httpx.Response, list[httpx.Response]
 
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_microbatch_serve_tells_failures_on_its_fast_path_and_through_workers(
-    workers: str,
+    workers: str, tmp_path: Path
 ) -> None:
-    with running("tests.timing.models:slow", "--workers", workers) as server:
-        first, others = asyncio.run(_slow_scenario(server.url))
+    started = tmp_path / "started"
+    options = ("--workers", workers)
+    with running(
+        "tests.timing.models:slow", *options, env={"SLOW_STARTED": str(started)}
+    ) as server:
+        first, others = asyncio.run(_slow_scenario(server.url, started))
         bad = httpx.post(
             f"{server.url}/predict",
             json={"x": 1.0},
