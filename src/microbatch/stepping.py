@@ -26,6 +26,14 @@ active items end, and an item fits alone or is refused when it is opened with
 every active item waits for: with ``min_joiners`` the loop, while items are active,
 lets joiners gather until that many wait or the oldest has waited
 ``max_join_wait_s``, so that one start serves several of them.
+
+Where the runner steps elsewhere (a worker thread or process), the next step starts
+before the last one's chunks are handed out, so that the model works while the
+callers read. The streams that ended go first, with one turn of the event loop
+before the next step: a caller who opens its next stream at once (in-process, in a
+closed loop) joins that step instead of the one after. While nobody comes back in
+those turns (callers over a network take longer), they are not given
+(:mod:`microbatch._loop_turns`).
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from ._batch_timing import record_step, traced_stream
+from ._loop_turns import Comebacks, Turn
 from .clock import Clock, MonotonicClock, TimerHeap
 from .composition import BatchCostMode
 from .errors import BatcherClosed, ItemTooLarge, Overloaded
@@ -155,6 +164,7 @@ class StepLoop:
         self._idle: asyncio.Event | None = None
         self.recorder = StreamStatsRecorder()
         self._traced: dict[int, Any] = {}  # key -> a traced stream's Timing (tracing.py)
+        self._comebacks = Comebacks()
 
     @property
     def load(self) -> int:
@@ -254,7 +264,7 @@ class StepLoop:
         try:
             pending = self._advance()
             while pending is not None:
-                turn = _Turn(loop)
+                turn = Turn(loop)
                 try:
                     done = await pending
                 except Exception as error:  # the states are gone
@@ -267,7 +277,9 @@ class StepLoop:
                 if turn.over():
                     # The runner steps elsewhere (a worker thread or process): the
                     # next step starts before this one's chunks are handed out, so
-                    # that the callers read them while it runs.
+                    # that the callers read them while it runs (the streams that
+                    # ended may go first: see _ended_first).
+                    outcomes = await self._ended_first(outcomes)
                     pending = self._advance()
                     self._deliver(outcomes)
                     outcomes = []
@@ -408,6 +420,27 @@ class StepLoop:
             return firsts
         return outcomes
 
+    async def _ended_first(
+        self, outcomes: list[tuple[Channel, Any, bool]]
+    ) -> list[tuple[Channel, Any, bool]]:
+        """Hand out the outcomes that end their streams, and let the event loop turn
+        once before the next step starts, so that callers who open their next
+        stream at once (in-process callers in a closed loop) join that step rather
+        than wait a whole step for the one after; the outcomes left to hand out.
+        Only where the next step could take a newcomer, and while such turns bring
+        callers back (callers over a network come back later: the turn would only
+        keep the model waiting)."""
+        if not self.admission(len(self._active), 1, self.max_active):
+            return outcomes
+        ended = [outcome for outcome in outcomes if outcome[2]]
+        if not ended or not self._comebacks.worth_a_turn():
+            return outcomes
+        self._deliver(ended)
+        waiting = len(self._waiting)
+        await asyncio.sleep(0)
+        self._comebacks.turned(len(self._waiting) - waiting, len(ended))
+        return [outcome for outcome in outcomes if not outcome[2]]
+
     def _deliver(self, outcomes: list[tuple[Channel, Any, bool]]) -> None:
         """Hand each outcome to its stream (all at the time of one clock reading)."""
         now = self._clock.now()
@@ -438,24 +471,6 @@ def _abandon(pending: Awaitable[StepDone] | None) -> None:
 def _retrieved(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()  # retrieved: no "never retrieved" warning
-
-
-class _Turn:
-    """Whether the event loop turned (ran other callbacks) since this was made."""
-
-    __slots__ = ("_handle", "_turned")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._turned = False
-        self._handle = loop.call_soon(self._mark)
-
-    def _mark(self) -> None:
-        self._turned = True
-
-    def over(self) -> bool:
-        """Whether it turned (asked once)."""
-        self._handle.cancel()
-        return self._turned
 
 
 class _Budget:

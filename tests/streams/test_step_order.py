@@ -127,3 +127,65 @@ async def test_a_runner_that_takes_the_job_at_the_call_gets_the_next_step_first(
     # Step k+1 was handed over before step k's chunk was handed to the stream.
     assert runner.handed_at_call == [0, 0, 1]
     await asyncio.wait_for(loop.close(), BOUND_S)
+
+
+class JoinRecorder:
+    """Steps "elsewhere" (each step suspends the caller, as a thread would) and
+    records the items that joined each step, and how many streams their callers
+    had read to the end (``ends_read``, which they count) when it started."""
+
+    def __init__(self) -> None:
+        self.executor = StepExecutor(Counter())
+        self.joined: list[tuple[Any, ...]] = []
+        self.ends_read = 0
+        self.ends_read_at_start: list[int] = []
+
+    async def advance(self, job: StepJob) -> StepDone:
+        self.joined.append(job.join_items)
+        self.ends_read_at_start.append(self.ends_read)
+        await asyncio.sleep(0)
+        return self.executor.advance(job)
+
+    def step_joined(self, item: str) -> int:
+        """The index of the step ``item`` joined."""
+        return next(index for index, items in enumerate(self.joined) if item in items)
+
+
+async def test_a_caller_who_comes_straight_back_joins_the_very_next_step() -> None:
+    runner = JoinRecorder()
+    loop = StepLoop(runner, max_active=2, clock=FakeClock())
+    long = asyncio.create_task(_read("z", loop.open("z:12"), []))
+
+    async def closed_loop() -> None:  # each next stream opened as the last one ended
+        for name in ("a", "b", "c"):
+            async for _ in loop.open(f"{name}:2"):
+                pass
+
+    await asyncio.wait_for(closed_loop(), BOUND_S)
+    await asyncio.wait_for(long, BOUND_S)
+    first = runner.step_joined("a:2")
+    # Two steps each: the next one joins the step right after its predecessor's last.
+    assert [runner.step_joined(item) for item in ("b:2", "c:2")] == [first + 2, first + 4]
+    await asyncio.wait_for(loop.close(), BOUND_S)
+
+
+async def test_callers_who_come_back_later_do_not_hold_up_the_next_step() -> None:
+    runner = JoinRecorder()
+    loop = StepLoop(runner, max_active=2, clock=FakeClock())
+    long = asyncio.create_task(_read("z", loop.open("z:400"), []))
+    names = [f"s{index}:1" for index in range(20)]  # one step each
+    for name in names:
+        async for _ in loop.open(name):
+            pass
+        runner.ends_read += 1
+        await _turns(4)  # the caller comes back a while after its stream ended
+    await asyncio.wait_for(long, BOUND_S)
+    # Whether the step after each one-step stream waited for its caller to read the end.
+    waited = [
+        runner.ends_read_at_start[runner.step_joined(name) + 1] == index + 1
+        for index, name in enumerate(names)
+    ]
+    # It waits at first; once nobody came back in those turns, the steps go at once
+    # (but for a probe now and then: one in the first 16 chances).
+    assert waited[0] and sum(waited[4:]) <= 1
+    await asyncio.wait_for(loop.close(), BOUND_S)
