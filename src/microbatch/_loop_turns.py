@@ -59,7 +59,8 @@ class Comebacks:
     def turned(self, new: int, ended: int) -> None:
         """A turn was taken after ``ended`` streams ended; ``new`` items came."""
         was_off = self.share < 0.5
-        self.share += _WEIGHT * (min(1.0, new / ended) - self.share)
+        back = min(1.0, max(0, new) / ended)  # fewer wait after a close: none back
+        self.share += _WEIGHT * (back - self.share)
         if self.share >= 0.5:
             self._probe_after = _FIRST_PROBE
         elif was_off:  # a probe that found nobody back

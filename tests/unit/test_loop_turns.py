@@ -54,3 +54,9 @@ def test_more_new_items_than_ended_streams_count_as_all_back() -> None:
     comebacks = Comebacks()
     comebacks.turned(new=9, ended=1)
     assert comebacks.share == 1.0
+
+
+def test_fewer_waiting_after_the_turn_counts_as_none_back() -> None:
+    comebacks = Comebacks()
+    comebacks.turned(new=-3, ended=1)  # the loop closed meanwhile: its queue emptied
+    assert comebacks.share == 0.75
