@@ -27,13 +27,9 @@ every active item waits for: with ``min_joiners`` the loop, while items are acti
 lets joiners gather until that many wait or the oldest has waited
 ``max_join_wait_s``, so that one start serves several of them.
 
-Where the runner steps elsewhere (a worker thread or process), the next step starts
-before the last one's chunks are handed out, so that the model works while the
-callers read. The streams that ended go first, with one turn of the event loop
-before the next step: a caller who opens its next stream at once (in-process, in a
-closed loop) joins that step instead of the one after. While nobody comes back in
-those turns (callers over a network take longer), they are not given
-(:mod:`microbatch._loop_turns`).
+Where the runner steps elsewhere (a thread, a process), the next step starts before
+the last one's chunks are handed out; the streams that ended may go first, so that
+their callers can join it (``StepLoop._ended_first``, :mod:`microbatch._loop_turns`).
 """
 
 from __future__ import annotations
