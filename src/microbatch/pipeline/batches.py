@@ -57,6 +57,9 @@ def prepare(batch: Batch, slot: int, arena: Segment | None) -> list[bytes | memo
     ``arena`` now), less the items left out; None if no item is left to send."""
     job, now = batch.job, time.monotonic()
     wanted = job.wanted
+    # Drops not yet told name positions in the last sending; the items they name are
+    # unwanted, so they are left out below (a batch sent again after its worker died).
+    batch.dropping.clear()
     early = batch.early = {
         index: left_out(due, now)
         for index, due in enumerate(job.deadlines)
@@ -138,6 +141,8 @@ def unwanted(batch: Batch, index: int) -> None:
 def _send_drops(batch: Batch) -> None:
     positions, batch.dropping = tuple(batch.dropping), []
     worker = batch.worker
+    if not positions:
+        return  # the batch was sent again since: those items were left out then
     if worker is not None and worker.alive and worker.batches.get(batch.slot) is batch:
         worker.writer.write(encode(Drop(batch.slot, positions)))
 
