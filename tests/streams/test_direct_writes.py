@@ -89,6 +89,18 @@ async def test_chunks_after_the_first_are_written_directly_in_order() -> None:
     assert "write" in kinds
 
 
+async def test_the_last_chunk_goes_out_with_the_end_in_one_write() -> None:
+    connection = Connection(refuse=set())
+    assert await _serve("a:6", connection) == 200
+    kind, body = connection.out[-1]
+    assert kind == "send"  # by the task, which knows the end
+    assert [json.loads(line) for line in body.splitlines()] == [
+        {"chunk": "a-5"},
+        {"end": {"status": "complete", "chunks": 6}},
+    ]
+    assert [kind for kind, _ in connection.out].count("send") == 2  # the first chunk too
+
+
 async def test_what_the_connection_refuses_goes_back_to_the_task_in_order() -> None:
     connection = Connection(refuse={2, 3})
     assert await _serve("a:8", connection) == 200

@@ -71,6 +71,9 @@ class DirectWriter:
         ready: list[Any] = self._stream.take_ready()
         if not ready:
             return
+        if self._stream.ended:  # the task writes them with the end, in one write
+            self._stream.unread(ready)
+            return
         encode = self._encode
         try:  # one chunk per step, as a rule
             data = encode(ready[0]) if len(ready) == 1 else b"".join(map(encode, ready))

@@ -335,6 +335,7 @@ async def write_stream(out: StreamOut, chunks: AsyncIterator[Any], framing: Fram
             f"a chunk cannot be encoded for {framing.media_type.decode()}"
         ) from error
     sent = 0
+    held = b""  # the last chunks of a stream that has ended: they go with its end
     if first is None:
         await out.begin(b"")
     else:
@@ -359,19 +360,24 @@ async def write_stream(out: StreamOut, chunks: AsyncIterator[Any], framing: Fram
                             direct.detach()
                     if take_ready is not None:
                         ready += take_ready()
-                await out.more(b"".join(framing.chunk(one) for one in ready))
+                data = b"".join(framing.chunk(one) for one in ready)
                 sent += len(ready)
+                if getattr(chunks, "ended", False):  # the next __anext__ does not wait
+                    held += data
+                else:
+                    await out.more(data)
         except Exception as error:  # after the first chunk: the final message says it
             reply = error_reply(error)
             await out.end(
-                framing.error(
+                held
+                + framing.error(
                     {"error": reply.error, "message": reply.message, "status": reply.status}
                 )
             )
             return 200
         if direct is not None:
             sent += direct.sent
-    await out.end(framing.end({"status": "complete", "chunks": sent}))
+    await out.end(held + framing.end({"status": "complete", "chunks": sent}))
     return 200
 
 
