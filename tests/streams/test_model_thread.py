@@ -1,13 +1,18 @@
 """The thread a step model runs in: calls run there one at a time, in order, and
-each answers (result or error) on its future in the calling event loop."""
+each answers (result or error) on its future in the calling event loop; a step
+call to an idle thread is timed, and handed the GIL when its chooser says so."""
 
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
+from typing import Any
 
 import pytest
 
+from microbatch.pipeline import model_thread
+from microbatch.pipeline.gil_handoff import GilHandoff
 from microbatch.pipeline.model_thread import ModelThread
 
 BOUND_S = 20.0
@@ -65,3 +70,68 @@ async def test_an_answer_whose_caller_stopped_waiting_is_dropped() -> None:
     assert await asyncio.wait_for(thread.call(len, "abc"), BOUND_S) == 3  # still serving
     await asyncio.wait_for(thread.close(), BOUND_S)
     assert held.cancelled()
+
+
+class _Recording(GilHandoff):
+    """Always the way it is told; remembers the round trips it is told."""
+
+    def __init__(self, handing: bool) -> None:
+        super().__init__()
+        self.handing = handing
+        self.seen: list[tuple[bool, float]] = []
+
+    def choose(self) -> bool:
+        return self.handing
+
+    def observe(self, handed: bool, seconds: float) -> None:
+        self.seen.append((handed, seconds))
+
+
+class _CountedQueue(queue.SimpleQueue):  # type: ignore[type-arg]
+    """Releases ``gets`` each time the thread asks for its next call."""
+
+    def __init__(self, gets: threading.Semaphore) -> None:
+        self.gets = gets
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        self.gets.release()
+        return super().get(block, timeout)
+
+
+async def _idle_thread() -> tuple[ModelThread, _CountedQueue]:
+    """A thread that answered one call and waits for the next."""
+    thread = ModelThread("test-model")
+    calls = thread._calls = _CountedQueue(threading.Semaphore(0))
+    assert await asyncio.wait_for(thread.call(len, "a"), BOUND_S) == 1
+    for _ in range(2):  # it asked for the first call, then for the next
+        assert await asyncio.to_thread(calls.gets.acquire, True, BOUND_S)
+    return thread, calls
+
+
+@pytest.mark.parametrize("handing", [True, False])
+async def test_a_step_to_an_idle_thread_is_timed_and_handed_over_when_chosen(
+    handing: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(model_thread, "_HANDOFF_WAIT_S", BOUND_S)  # however slow the machine
+    thread, calls = await _idle_thread()
+    thread.handoff = recording = _Recording(handing)
+    answer = thread.call_now(len, "abc")
+    if handing:
+        assert calls.empty()  # taken by the thread before call_now returned
+    assert await asyncio.wait_for(answer, BOUND_S) == 3
+    await asyncio.wait_for(thread.close(), BOUND_S)
+    assert [handed for handed, _ in recording.seen] == [handing]
+    assert recording.seen[0][1] >= 0
+
+
+async def test_a_step_behind_a_running_call_is_neither_handed_over_nor_timed() -> None:
+    thread, _ = await _idle_thread()
+    thread.handoff = recording = _Recording(True)
+    gate = threading.Event()
+    held = thread.call(gate.wait, BOUND_S)
+    behind = thread.call_now(len, "ab")
+    gate.set()
+    assert await asyncio.wait_for(held, BOUND_S) is True
+    assert await asyncio.wait_for(behind, BOUND_S) == 2
+    await asyncio.wait_for(thread.close(), BOUND_S)
+    assert recording.seen == []

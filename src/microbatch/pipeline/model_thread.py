@@ -7,6 +7,10 @@ is kept lean: ``loop.run_in_executor`` makes a concurrent future per call, takes
 few locks and chains the concurrent future to an asyncio one (about twice the
 event loop's time per call, measured in ``benchmarks/results/streaming_generative.md``);
 here the caller's asyncio future is set by the thread's one ``call_soon_threadsafe``.
+
+A call to an idle thread may also hand it the GIL, so that the call starts at once
+rather than when the event loop's thread next blocks: whether it does is learned
+from the calls' round trips (:mod:`microbatch.pipeline.gil_handoff`).
 """
 
 from __future__ import annotations
@@ -15,10 +19,16 @@ import asyncio
 import contextlib
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .gil_handoff import GilHandoff
+
 __all__ = ["ModelThread"]
+
+# The longest the event loop's thread waits for an idle model thread to take a call.
+_HANDOFF_WAIT_S = 0.001
 
 T = TypeVar("T")
 
@@ -31,12 +41,16 @@ class ModelThread:
 
     Args:
         name: The thread's name.
+        clock: Seconds, for the calls' round trips.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, clock: Callable[[], float] = time.perf_counter) -> None:
         self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._closed = False
+        self._idle = False  # the thread waits for a call, none queued
+        self._clock = clock
+        self.handoff = GilHandoff()
 
     def call(self, function: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """Queue ``function(*args)`` for the thread; its result (or error) comes on
@@ -52,7 +66,30 @@ class ModelThread:
             return future
         if not self._thread.is_alive():
             self._thread.start()
+        self._idle = False
         self._calls.put(_Call(loop, future, function, args))
+        return future
+
+    def call_now(self, function: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """:meth:`call`, for the calls that should start at once (a model's steps):
+        an idle thread may be handed the GIL with it (:attr:`handoff` learns whether
+        that pays; other calls would skew what it learns)."""
+        if self._closed or not self._idle:  # closed, or this call waits its turn anyway
+            return self.call(function, *args)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        call = _Call(loop, future, function, args)
+        handed = self.handoff.choose()
+        call.timed = (self.handoff, handed, self._clock)
+        call.put_s = self._clock()
+        self._idle = False
+        if handed:
+            call.taken = taken = threading.Lock()
+            taken.acquire()
+            self._calls.put(call)
+            taken.acquire(timeout=_HANDOFF_WAIT_S)  # the GIL is free while it waits
+        else:
+            self._calls.put(call)
         return future
 
     async def close(self) -> None:
@@ -66,10 +103,15 @@ class ModelThread:
         await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
 
     def _serve(self) -> None:
+        calls = self._calls
         while True:
-            call = self._calls.get()
+            self._idle = calls.empty()
+            call = calls.get()
+            self._idle = False
             if call is None:
                 return
+            if call.taken is not None:
+                call.taken.release()
             try:
                 result = call.function(*call.args)
             except BaseException as error:  # it goes to the caller, whatever it is
@@ -81,7 +123,7 @@ class ModelThread:
 class _Call:
     """One queued call and where its answer goes."""
 
-    __slots__ = ("args", "function", "future", "loop")
+    __slots__ = ("args", "function", "future", "loop", "put_s", "taken", "timed")
 
     def __init__(
         self,
@@ -94,11 +136,24 @@ class _Call:
         self.future = future
         self.function = function
         self.args = args
+        self.taken: threading.Lock | None = None  # released by the thread as it takes the call
+        # Made to an idle thread: the chooser, the way it went, and the clock.
+        self.timed: tuple[GilHandoff, bool, Callable[[], float]] | None = None
+        self.put_s = 0.0
 
     def answer(self, settle: Callable[[asyncio.Future[Any], Any], None], value: Any) -> None:
         """Settle the future with ``value`` in its loop (unless the loop closed)."""
         with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits now
-            self.loop.call_soon_threadsafe(settle, self.future, value)
+            if self.timed is None:
+                self.loop.call_soon_threadsafe(settle, self.future, value)
+            else:
+                self.loop.call_soon_threadsafe(self._settle_timed, settle, value)
+
+    def _settle_timed(self, settle: Callable[[asyncio.Future[Any], Any], None], value: Any) -> None:
+        assert self.timed is not None
+        handoff, handed, clock = self.timed
+        handoff.observe(handed, clock() - self.put_s)
+        settle(self.future, value)
 
 
 def _succeed(future: asyncio.Future[Any], result: Any) -> None:

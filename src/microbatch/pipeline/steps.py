@@ -86,7 +86,7 @@ class ThreadStepRunner:
     def advance(self, job: StepJob) -> asyncio.Future[StepDone]:
         """Hand one step to the model's thread now; its outcomes come on the future."""
         assert self._executor is not None, "start() the runner first"
-        return self._thread.call(self._executor.advance, job)
+        return self._thread.call_now(self._executor.advance, job)
 
     async def close(self) -> None:
         """Stop the thread (after the running step)."""
