@@ -42,6 +42,9 @@ class ModelThread:
     Args:
         name: The thread's name.
         clock: Seconds, for the calls' round trips.
+
+    Attributes:
+        handoff: Whether :meth:`call_now` hands the GIL over (learned).
     """
 
     def __init__(self, name: str, clock: Callable[[], float] = time.perf_counter) -> None:
