@@ -21,6 +21,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
 from .gil_handoff import GilHandoff
@@ -63,15 +64,16 @@ class ModelThread:
             RuntimeError: The thread was closed (on the future, not here).
         """
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
         if self._closed:
+            future: asyncio.Future[T] = loop.create_future()
             future.set_exception(RuntimeError("the model's thread is closed"))
             return future
         if not self._thread.is_alive():
             self._thread.start()
+        call = _Call(loop, function, args)
         self._idle = False
-        self._calls.put(_Call(loop, future, function, args))
-        return future
+        self._calls.put(call)
+        return call.future
 
     def call_now(self, function: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """:meth:`call`, for the calls that should start at once (a model's steps):
@@ -79,12 +81,9 @@ class ModelThread:
         that pays; other calls would skew what it learns)."""
         if self._closed or not self._idle:  # closed, or this call waits its turn anyway
             return self.call(function, *args)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        call = _Call(loop, future, function, args)
+        call = _Call(asyncio.get_running_loop(), function, args)
         handed = self.handoff.choose()
-        call.timed = (self.handoff, handed, self._clock)
-        call.put_s = self._clock()
+        call.on_answer = partial(self._answered, handed, self._clock())
         self._idle = False
         if handed:
             call.taken = taken = threading.Lock()
@@ -93,7 +92,11 @@ class ModelThread:
             taken.acquire(timeout=_HANDOFF_WAIT_S)  # the GIL is free while it waits
         else:
             self._calls.put(call)
-        return future
+        return call.future
+
+    def _answered(self, handed: bool, put_s: float) -> None:
+        """A call of :meth:`call_now` put at ``put_s`` is answered in the loop now."""
+        self.handoff.observe(handed, self._clock() - put_s)
 
     async def close(self) -> None:
         """Stop the thread once the calls queued before are done, and wait for it."""
@@ -126,36 +129,29 @@ class ModelThread:
 class _Call:
     """One queued call and where its answer goes."""
 
-    __slots__ = ("args", "function", "future", "loop", "put_s", "taken", "timed")
+    __slots__ = ("args", "function", "future", "loop", "on_answer", "taken")
 
     def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        future: asyncio.Future[Any],
-        function: Callable[..., Any],
-        args: tuple[Any, ...],
+        self, loop: asyncio.AbstractEventLoop, function: Callable[..., Any], args: tuple[Any, ...]
     ) -> None:
         self.loop = loop
-        self.future = future
+        self.future: asyncio.Future[Any] = loop.create_future()
         self.function = function
         self.args = args
         self.taken: threading.Lock | None = None  # released by the thread as it takes the call
-        # Made to an idle thread: the chooser, the way it went, and the clock.
-        self.timed: tuple[GilHandoff, bool, Callable[[], float]] | None = None
-        self.put_s = 0.0
+        self.on_answer: Callable[[], None] | None = None  # called in the loop, first
 
     def answer(self, settle: Callable[[asyncio.Future[Any], Any], None], value: Any) -> None:
         """Settle the future with ``value`` in its loop (unless the loop closed)."""
         with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits now
-            if self.timed is None:
+            if self.on_answer is None:
                 self.loop.call_soon_threadsafe(settle, self.future, value)
             else:
-                self.loop.call_soon_threadsafe(self._settle_timed, settle, value)
+                self.loop.call_soon_threadsafe(self._told, settle, value)
 
-    def _settle_timed(self, settle: Callable[[asyncio.Future[Any], Any], None], value: Any) -> None:
-        assert self.timed is not None
-        handoff, handed, clock = self.timed
-        handoff.observe(handed, clock() - self.put_s)
+    def _told(self, settle: Callable[[asyncio.Future[Any], Any], None], value: Any) -> None:
+        assert self.on_answer is not None
+        self.on_answer()
         settle(self.future, value)
 
 
