@@ -97,6 +97,9 @@ class CharModel(microbatch.StepModel):
         text = corpus()
         self.alphabet = sorted(set(text))
         self.index = {char: i for i, char in enumerate(self.alphabet)}
+        self.known = frozenset(self.alphabet)
+        # str.translate to one byte per character: a prompt's codes in one C call
+        self.to_codes = str.maketrans({char: chr(i) for i, char in enumerate(self.alphabet)})
         size = len(self.alphabet)
         self.embed = torch.nn.Embedding(size, 32)
         self.gru = torch.nn.GRU(32, self.hidden_size, batch_first=True)
@@ -135,20 +138,22 @@ class CharModel(microbatch.StepModel):
         import torch
 
         states: list[_Generation | microbatch.ItemError] = []
-        by_length: dict[int, list[tuple[int, list[int]]]] = {}  # -> (state index, codes)
+        by_length: dict[int, list[tuple[int, bytes]]] = {}  # -> (state index, codes)
         for item in items:
             text = "\n" + item.prompt
-            unknown = sorted(set(text) - self.index.keys())
-            if unknown:
+            if not self.known.issuperset(text):
+                unknown = sorted(set(text) - self.known)
                 states.append(microbatch.ItemError(f"the model never saw the characters {unknown}"))
                 continue
-            codes = [self.index[c] for c in text]
+            codes = text.translate(self.to_codes).encode("latin-1")  # a byte per character
             if len(codes) > 1:  # all but the last character: its input is the first step's
                 by_length.setdefault(len(codes) - 1, []).append((len(states), codes[:-1]))
             states.append(_Generation(self.no_state, codes[-1], item.max_tokens, item.temperature))
         with torch.inference_mode():
-            for prompts in by_length.values():
-                _, hidden = self.gru(self.embed(torch.tensor([codes for _, codes in prompts])))
+            for length, prompts in by_length.items():
+                rows = bytearray(b"".join(codes for _, codes in prompts))
+                inputs = torch.frombuffer(rows, dtype=torch.uint8).view(-1, length).long()
+                _, hidden = self.gru(self.embed(inputs))
                 for (index, _), row in zip(prompts, hidden[0].unbind(), strict=True):
                     state = states[index]
                     assert isinstance(state, _Generation)

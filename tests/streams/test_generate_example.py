@@ -54,3 +54,25 @@ def test_served_with_microbatch_serve() -> None:
         assert messages[-1] == {"end": {"status": "complete", "chunks": 12}}
         invalid = client.post("/stream", json={"prompt": "x", "max_tokens": 0})
         assert invalid.status_code == 422
+
+
+def test_start_reads_each_prompt_as_the_gru_cell_would_one_character_at_a_time() -> None:
+    import torch
+
+    from examples.generate import CharModel
+    from microbatch import WorkerContext
+
+    model = CharModel(train_s=0.05)
+    model.setup(WorkerContext("generate", 0))
+    prompts = ["Beautiful is ", "ab", "", "Errors should", "x日"]
+    states = model.start([Prompt(text, max_tokens=2) for text in prompts])
+    assert isinstance(states[-1], ItemError) and "'日'" in str(states[-1])
+    for text, state in zip(prompts[:-1], states, strict=False):
+        assert not isinstance(state, ItemError)
+        hidden = torch.zeros(model.hidden_size)
+        with torch.inference_mode():
+            for char in ("\n" + text)[:-1]:
+                code = torch.tensor([model.index[char]])
+                hidden = model.cell(model.embed(code), hidden[None])[0]
+        assert torch.allclose(state.hidden, hidden, atol=1e-5), text
+        assert state.last == model.index[("\n" + text)[-1]]
