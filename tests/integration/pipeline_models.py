@@ -74,6 +74,18 @@ class ReadsEnv(Model):
         return [self.tag for _ in batch]
 
 
+class ReportsThreads(Model):
+    """Says its OMP_NUM_THREADS and the size of numpy's BLAS thread pool (numpy is
+    imported with this module, before the worker's environment could apply)."""
+
+    def predict(self, batch: list[int]) -> list[tuple[str | None, int]]:
+        from threadpoolctl import threadpool_info
+
+        blas = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+        omp = os.environ.get("OMP_NUM_THREADS")
+        return [(omp, blas[0] if blas else -1) for _ in batch]
+
+
 class CountsBatches(Model):
     """Says which process ran each item and how many batches that model had run."""
 

@@ -173,6 +173,25 @@ async def test_workers_get_their_own_environment_from_a_function() -> None:
     assert tags <= {"gpu0/ReadsEnv/0", "gpu1/ReadsEnv/1"} and tags
 
 
+async def test_a_workers_math_libraries_get_its_share_of_the_cores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from microbatch.pipeline.worker_env import THREAD_VARIABLES, default_threads, usable_cores
+    from tests.integration.pipeline_models import ReportsThreads
+
+    for name in THREAD_VARIABLES:  # the spawned workers inherit this environment
+        monkeypatch.delenv(name, raising=False)
+    expected = default_threads(2, None, usable_cores())
+    async with Service(Stage(ReportsThreads, workers=2)) as service:
+        answers = set(await asyncio.gather(*(service.submit(i) for i in range(20))))
+    assert answers == {(str(expected), expected)}
+    if usable_cores() < 2:
+        return  # OpenBLAS starts no more threads than cores: 2 could not be told apart
+    # the stage's own count holds for numpy, which its model's module imported first
+    async with Service(Stage(ReportsThreads, env={"OPENBLAS_NUM_THREADS": "2"})) as service:
+        assert await service.submit(0) == (None, 2)
+
+
 async def test_close_lets_the_items_inside_finish() -> None:
     stage = Stage(Slow, batching=batching(max_latency_ms=0, max_batch_size=2), args=(0.1,))
     service = Service(stage)

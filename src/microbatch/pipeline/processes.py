@@ -97,15 +97,13 @@ def spawn(
         dict(stage.kwargs),
         WorkerContext(stage.name, index),
         stage.config.isolate_errors,
-        stage.env_for(index),
-        stage.cpus_for(index),
         () if arena is None else arena.names,
         stage.config.row_format(),
         stage.config.oom_errors if stage.config.split_on_oom else None,
     )
     process = _SPAWN.Process(
         target=worker_main,
-        args=(batches_in, results_out, pickle.dumps(spec, protocol=5)),
+        args=(batches_in, results_out, stage.worker_env(index), pickle.dumps(spec, protocol=5)),
         name=f"microbatch-{stage.name}-{index}",
         daemon=True,
     )

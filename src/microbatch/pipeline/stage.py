@@ -11,6 +11,7 @@ from ..config import BatchConfig, PolicySpec
 from ..merge import RowFormat
 from ..streams import MAX_BUFFERED_CHUNKS
 from .model import Model
+from .worker_env import WorkerEnv
 
 __all__ = ["Stage"]
 
@@ -132,6 +133,12 @@ class Stage:
         if self.cpus is None:
             return None
         return list(self.cpus(index) if callable(self.cpus) else self.cpus)
+
+    def worker_env(self, index: int) -> WorkerEnv:
+        """What worker process ``index`` sets up before it imports the model: its
+        ``env``, its ``cpus``, and its math libraries' thread counts
+        (:mod:`~microbatch.pipeline.worker_env`)."""
+        return WorkerEnv.of(self.env_for(index), self.cpus_for(index), self.workers)
 
 
 _SETTINGS = (

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import os
 import pickle
 import signal
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +29,7 @@ from .stage import Stage
 from .steps import steppable
 from .transport import unpicklable
 from .worker import WorkerSpec
+from .worker_env import WorkerEnv
 
 __all__ = ["ProcessStepRunner", "StepsReady", "step_worker_main"]
 
@@ -44,17 +44,17 @@ class StepsReady:
     error: RemoteError | None = None
 
 
-def step_worker_main(incoming: Connection, outgoing: Connection, pickled_spec: bytes) -> None:
+def step_worker_main(
+    incoming: Connection, outgoing: Connection, env: WorkerEnv, pickled_spec: bytes
+) -> None:
     """Entry point of a streaming worker: StepJob in, StepDone out, until ``None``
-    (or the serving process is gone)."""
+    (or the serving process is gone); ``env`` is applied before the model is imported."""
     # The serving process owns shutdown (see worker.py).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
+        env.apply()
         spec: WorkerSpec = pickle.loads(pickled_spec)
-        os.environ.update(spec.env)
-        if spec.cpus is not None:
-            os.sched_setaffinity(0, spec.cpus)
         model = spec.model(*spec.args, **spec.kwargs)
         model.setup(spec.context)
         executor = StepExecutor(steppable(model), spec.isolate_errors)
@@ -188,12 +188,15 @@ class ProcessStepRunner:
             dict(stage.kwargs),
             WorkerContext(stage.name, self._index),
             stage.config.isolate_errors,
-            stage.env_for(self._index),
-            stage.cpus_for(self._index),
         )
         process = _SPAWN.Process(
             target=step_worker_main,
-            args=(jobs_in, results_out, pickle.dumps(spec, protocol=5)),
+            args=(
+                jobs_in,
+                results_out,
+                stage.worker_env(self._index),
+                pickle.dumps(spec, protocol=5),
+            ),
             name=f"microbatch-{stage.name}-{self._index}",
             daemon=True,
         )

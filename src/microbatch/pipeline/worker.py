@@ -11,7 +11,6 @@ never waits on it for long.
 from __future__ import annotations
 
 import math
-import os
 import pickle
 import signal
 import time
@@ -28,6 +27,7 @@ from .arena import Arena
 from .jobs import portable, run_job
 from .model import Model, WorkerContext
 from .transport import read_message, send
+from .worker_env import WorkerEnv
 
 __all__ = ["Drop", "RunBatch", "SetUp", "Stop", "WorkerSpec", "worker_main"]
 
@@ -77,19 +77,20 @@ class WorkerSpec:
     kwargs: Mapping[str, Any]
     context: WorkerContext
     isolate_errors: bool
-    env: Mapping[str, str]
-    cpus: Sequence[int] | None = None
     arena: tuple[str, ...] = ()  # the names of the worker's shared-memory files (none: pipe only)
     rows: RowFormat | None = None  # items are callers' parts of rows, merged for the model
     oom_errors: tuple[type[BaseException], ...] | None = None  # split on OOM (None: never)
 
 
-def worker_main(incoming: Connection, outgoing: Connection, pickled_spec: bytes) -> None:
+def worker_main(
+    incoming: Connection, outgoing: Connection, env: WorkerEnv, pickled_spec: bytes
+) -> None:
     """Entry point of a worker process: :class:`RunBatch` messages in, their
     :class:`~.jobs.Ran` out, until :class:`Stop` (or the serving process is gone).
 
-    The spec arrives pickled so that a model that cannot be imported here is
-    reported as a setup failure with its reason, not as a bare crash.
+    ``env`` is applied first, before the spec's model is imported. The spec
+    arrives pickled so that a model that cannot be imported here is reported as a
+    setup failure with its reason, not as a bare crash.
     """
     # The serving process owns shutdown: a signal sent to the whole process group
     # (Ctrl-C in a terminal, a service manager's stop) must not kill a batch midway.
@@ -97,12 +98,10 @@ def worker_main(incoming: Connection, outgoing: Connection, pickled_spec: bytes)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     arena: Arena | None = None
     try:
+        env.apply()
         spec: WorkerSpec = pickle.loads(pickled_spec)
         if spec.arena:  # first: the serving process unlinks the names once we are set up
             arena = Arena.attach(spec.arena)
-        os.environ.update(spec.env)
-        if spec.cpus is not None:
-            os.sched_setaffinity(0, spec.cpus)
         model = spec.model(*spec.args, **spec.kwargs)
         model.setup(spec.context)
     except BaseException as exc:

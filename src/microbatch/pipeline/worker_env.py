@@ -1,0 +1,113 @@
+"""What a worker process sets up before it imports its model: its environment
+variables and the CPUs it is pinned to (:class:`WorkerEnv`).
+
+Both must come first. Math libraries read their thread counts once, when they are
+loaded (OpenBLAS, MKL and OpenMP, so numpy and torch), and a model's module often
+imports them at its top: a variable set after the model's class was unpickled
+comes too late. A spawned worker imports the main script of the serving process
+before anything else, though: the thread pools of the libraries loaded by then
+are resized to the counts set here, with threadpoolctl.
+
+By default a worker's math libraries start as many threads as its share of the
+cores, not one per core: the usable cores less one (the serving process's, for
+the HTTP front and the batching), divided among the stage's workers, at least
+one; a worker pinned with ``cpus`` gets one per CPU it is pinned to. Each library
+would otherwise start one thread per core in every worker, and their threads
+spin between calls: with one worker of a small numpy model on 2 cores the serving
+process lost its core to them and served 30 % fewer requests
+(``benchmarks/results/http_front.md``, section 16). Where the server's environment
+or the stage's ``env`` sets any of the variables, none is set.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+__all__ = ["THREAD_VARIABLES", "WorkerEnv", "default_threads"]
+
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+"""The thread counts of the math libraries (OpenMP, OpenBLAS, MKL, Accelerate, numexpr)."""
+
+_POOLS = (
+    ("OMP_NUM_THREADS", "openmp"),
+    ("OPENBLAS_NUM_THREADS", "openblas"),
+    ("MKL_NUM_THREADS", "mkl"),
+)
+
+
+def default_threads(workers: int, cpus: Sequence[int] | None, usable: int) -> int:
+    """A worker's math-library threads: one per CPU it is pinned to, or the
+    ``usable`` cores less one shared among the stage's ``workers`` (at least one)."""
+    if cpus is not None:
+        return max(1, len(cpus))
+    return max(1, (usable - 1) // workers)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class WorkerEnv:
+    """A worker process's environment variables and CPU pinning, applied by
+    :meth:`apply` before anything imports its model.
+
+    Attributes:
+        variables: Set in the worker's ``os.environ``.
+        cpus: The CPU ids it is pinned to (None: not pinned).
+    """
+
+    variables: Mapping[str, str]
+    cpus: Sequence[int] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        env: Mapping[str, str],
+        cpus: Sequence[int] | None,
+        workers: int,
+        environ: Mapping[str, str] = os.environ,
+        usable: int | None = None,
+    ) -> WorkerEnv:
+        """A worker's: the stage's ``env`` for it, and its CPUs; the math libraries'
+        thread counts too unless ``environ`` (the server's) or ``env`` sets one."""
+        variables = dict(env)
+        if not any(name in environ or name in env for name in THREAD_VARIABLES):
+            cores = usable if usable is not None else usable_cores()
+            threads = str(default_threads(workers, cpus, cores))
+            variables.update(dict.fromkeys(THREAD_VARIABLES, threads))
+        return cls(variables, None if cpus is None else list(cpus))
+
+    def pool_limits(self) -> dict[str, int]:
+        """The thread counts these variables set, by threadpoolctl's library name."""
+        limits = {}
+        for variable, library in _POOLS:
+            value = self.variables.get(variable, "")
+            if value.isdigit() and int(value) > 0:
+                limits[library] = int(value)
+        return limits
+
+    def apply(self) -> None:
+        """Set the variables, pin this process (Linux), and resize the thread pools
+        of the math libraries loaded already to the counts the variables set."""
+        os.environ.update(self.variables)
+        if self.cpus is not None:
+            os.sched_setaffinity(0, self.cpus)
+        limits = self.pool_limits()
+        if limits:
+            from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
+
+            loaded = ThreadpoolController()
+            for library, threads in limits.items():
+                loaded.select(internal_api=library).limit(limits=threads)  # it stays so
