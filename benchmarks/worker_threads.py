@@ -1,11 +1,13 @@
-"""A worker process's math-library threads (``pipeline/worker_env.py``), served as a
-user starts the server: no ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` or
-``MKL_NUM_THREADS`` in its environment.
+"""The math libraries' threads (``pipeline/worker_env.py``), served as a user starts
+the server: no ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` or ``MKL_NUM_THREADS``
+in its environment.
 
 *scalar numpy* (``benchmarks/http_serving.py``'s workload: one ``(n x 256) @
-(256 x 256)`` layer per batch in one worker process), wrk at ``--connections``
-(64), for ``--seconds`` per round, ``--rounds`` rounds with the servers in turn
-(all of them up at once, so that they share the same minutes of a shared machine):
+(256 x 256)`` layer per batch), in a worker process (``microbatch_server:service``)
+and in the serving process (``microbatch_server:predict``, a ``@batch`` function
+calling numpy in a thread), wrk at ``--connections`` (64), for ``--seconds`` per
+round, ``--rounds`` rounds with the servers in turn (all of them up at once, so that
+they share the same minutes of a shared machine), each of these for both:
 
 * ``this checkout``: the server as a user starts it (no thread variable set);
 * ``this checkout, BLAS on 1 thread``: the variables set to 1, as every other
@@ -27,11 +29,17 @@ import statistics
 import sys
 import tempfile
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import SINGLE_THREAD_BLAS, ensure_venv, process_cpu_s, run_wrk, serving
 from http_serving import MICROBATCH, lua_script
+
+KINDS = {
+    "worker process": MICROBATCH,
+    "serving process": replace(MICROBATCH, server="microbatch_server:predict"),
+}
 
 THREAD_VARIABLES = (*SINGLE_THREAD_BLAS, "VECLIB_MAXIMUM_THREADS")
 
@@ -46,27 +54,28 @@ def main() -> None:
     for name in THREAD_VARIABLES:  # as a user starts it: none of them set
         os.environ.pop(name, None)
     workload = {"BENCH_WORKLOAD": "scalar"}
-    variants = {
+    settings = {
         "this checkout": workload,
         "this checkout, BLAS on 1 thread": {**workload, **SINGLE_THREAD_BLAS},
     }
     if args.before_src is not None:
-        variants["before"] = {**workload, "PYTHONPATH": str(args.before_src.resolve())}
+        settings["before"] = {**workload, "PYTHONPATH": str(args.before_src.resolve())}
     ensure_venv(MICROBATCH)
-    figures: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
+    variants = {(kind, name): env for kind in KINDS for name, env in settings.items()}
+    figures: dict[tuple[str, str], list[tuple[float, float]]] = {key: [] for key in variants}
     with tempfile.TemporaryDirectory() as scratch, ExitStack() as servers:
         logs = Path(scratch)
         running = {
-            name: servers.enter_context(serving(MICROBATCH, env, logs / f"{i}.log"))
-            for i, (name, env) in enumerate(variants.items())
+            key: servers.enter_context(serving(KINDS[key[0]], env, logs / f"{i}.log"))
+            for i, (key, env) in enumerate(variants.items())
         }
         script = lua_script("scalar", logs)
         for server in running.values():  # warm-up
             run_wrk(server.base + MICROBATCH.predict_path, script, args.connections, 1.0)
         for round_ in range(args.rounds):
             order = list(running) if round_ % 2 == 0 else list(reversed(running))
-            for name in order:
-                server = running[name]
+            for key in order:
+                server = running[key]
                 before = process_cpu_s(server.process.pid)
                 url = server.base + MICROBATCH.predict_path
                 summary = run_wrk(url, script, args.connections, args.seconds)
@@ -74,16 +83,20 @@ def main() -> None:
                 requests = summary["requests"]
                 rate = requests / (summary["duration_us"] / 1e6)
                 per_request = 1e6 * cpu / max(1, requests)
-                figures[name].append((rate, per_request))
-                print(f"{name:32} {rate:9.0f} req/s  {per_request:5.1f} µs/req", flush=True)
+                figures[key].append((rate, per_request))
+                label = f"{key[0]}: {key[1]}"
+                print(f"{label:50} {rate:9.0f} req/s  {per_request:5.1f} µs/req", flush=True)
     print()
-    print(f"| server ({args.connections} connections) | req/s, median (each round) | CPU µs/req |")
-    print("|---|---|---:|")
-    for name, rounds in figures.items():
+    print(
+        f"| model in the | server ({args.connections} connections) | req/s, median (each round)"
+        " | serving CPU µs/req |"
+    )
+    print("|---|---|---|---:|")
+    for (kind, name), rounds in figures.items():
         rates = ", ".join(f"{rate:.0f}" for rate, _ in rounds)
         median_rate = statistics.median(rate for rate, _ in rounds)
         median_cpu = statistics.median(cpu for _, cpu in rounds)
-        print(f"| {name} | {median_rate:.0f} ({rates}) | {median_cpu:.1f} |")
+        print(f"| {kind} | {name} | {median_rate:.0f} ({rates}) | {median_cpu:.1f} |")
 
 
 if __name__ == "__main__":

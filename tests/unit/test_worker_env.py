@@ -48,3 +48,24 @@ def test_apply_resizes_the_pool_of_a_library_loaded_before_it() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[1]"
+
+
+def test_the_serving_process_leaves_its_event_loop_a_core_unless_told_otherwise() -> None:
+    script = (
+        "import numpy\n"
+        "from threadpoolctl import threadpool_info\n"
+        "from microbatch.pipeline.worker_env import share_serving_cores, usable_cores\n"
+        "threads = share_serving_cores()\n"
+        "pools = [p['num_threads'] for p in threadpool_info() if p['user_api'] == 'blas']\n"
+        "print(threads == max(1, usable_cores() - 1), pools == [threads])\n"
+        "print(share_serving_cores({'OMP_NUM_THREADS': '3'}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True", "None"]

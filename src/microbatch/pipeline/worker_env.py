@@ -25,7 +25,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["THREAD_VARIABLES", "WorkerEnv", "default_threads"]
+__all__ = ["THREAD_VARIABLES", "WorkerEnv", "default_threads", "share_serving_cores"]
 
 THREAD_VARIABLES = (
     "OMP_NUM_THREADS",
@@ -111,3 +111,20 @@ class WorkerEnv:
             loaded = ThreadpoolController()
             for library, threads in limits.items():
                 loaded.select(internal_api=library).limit(limits=threads)  # it stays so
+
+
+def share_serving_cores(environ: Mapping[str, str] = os.environ) -> int | None:
+    """Resize the BLAS thread pools (OpenBLAS, MKL, BLIS) loaded in this process
+    (the serving process: a thread stage's model, a ``@batch`` function) to the
+    usable cores less one, the event loop's, at least one; the count set, or None
+    where ``environ`` sets a thread variable (then nothing is changed).
+
+    OpenMP's pool (torch's) is left as the model's setup may have set it
+    (``torch.set_num_threads``); libraries first loaded later keep their default."""
+    if any(name in environ for name in THREAD_VARIABLES):
+        return None
+    from threadpoolctl import ThreadpoolController
+
+    threads = max(1, usable_cores() - 1)
+    ThreadpoolController().limit(limits=threads, user_api="blas")  # it stays so
+    return threads

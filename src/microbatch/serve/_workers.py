@@ -38,7 +38,7 @@ from ..streams import MAX_BUFFERED_CHUNKS
 from ..types import Servable, StreamingServable
 from .front import RelayTarget
 from .hub import Hub
-from .server import ServeSettings, bind, listen_url, quiet_garbage_collector, serve
+from .server import ServeSettings, bind, listen_url, ready_to_serve, serve
 from .switch_interval import switch_interval
 
 if TYPE_CHECKING:
@@ -170,7 +170,7 @@ class _HubProcess:
             await self.target.close()
             return status
         self.hub.serving = True
-        quiet_garbage_collector()
+        ready_to_serve()
         print(f"microbatch serving on {listen_url(self.settings.host, self.listener)}", flush=True)
         await stop.wait()
         self.hub.draining = True

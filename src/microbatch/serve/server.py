@@ -22,6 +22,7 @@ import uvloop
 from ..http.asgi import Receive, Scope, Send
 from ..http.predict import Predictor
 from ..http.stream_route import StreamRoute
+from ..pipeline.worker_env import share_serving_cores
 from .acceptor import Acceptor
 from .drain import ShutdownSequence
 from .http_front import ConnectionLimits, Front
@@ -101,6 +102,15 @@ class ServedApp(Protocol):
 # The collector's youngest generation is collected after this many more container
 # objects were made than freed: Python's default.
 GC_YOUNG_THRESHOLD = 700
+
+
+def ready_to_serve() -> None:
+    """Tune a process that is ready to serve (its service started): its garbage
+    collector, and its math libraries' threads (a thread stage's model, a ``@batch``
+    function: the usable cores less one, the event loop's, unless the environment
+    sets a thread count; ``pipeline/worker_env.py``)."""
+    quiet_garbage_collector()
+    share_serving_cores()
 
 
 def quiet_garbage_collector() -> None:
@@ -193,7 +203,7 @@ async def _serve(
     try:
         sock.listen(2048)
         acceptor = Acceptor(sock, front, loop)
-        quiet_garbage_collector()
+        ready_to_serve()
         if announce:
             print(f"microbatch serving on {listen_url(settings.host, sock)}", flush=True)
         await stop
