@@ -14,7 +14,7 @@ the HTTP front and the batching), divided among the stage's workers, at least
 one; a worker pinned with ``cpus`` gets one per CPU it is pinned to. Each library
 would otherwise start one thread per core in every worker, and their threads
 spin between calls: with one worker of a small numpy model on 2 cores the serving
-process lost its core to them and served 30 % fewer requests
+process lost its core to them and served 30 to 40 % fewer requests
 (``benchmarks/results/http_front.md``, section 16). Where the server's environment
 or the stage's ``env`` sets any of the variables, none is set.
 """
@@ -25,7 +25,13 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["THREAD_VARIABLES", "WorkerEnv", "default_threads", "share_serving_cores"]
+__all__ = [
+    "THREAD_VARIABLES",
+    "WorkerEnv",
+    "default_threads",
+    "share_serving_cores",
+    "usable_cores",
+]
 
 THREAD_VARIABLES = (
     "OMP_NUM_THREADS",
@@ -36,6 +42,7 @@ THREAD_VARIABLES = (
 )
 """The thread counts of the math libraries (OpenMP, OpenBLAS, MKL, Accelerate, numexpr)."""
 
+# Each variable, and the library (threadpoolctl's internal_api) whose pool it sizes.
 _POOLS = (
     ("OMP_NUM_THREADS", "openmp"),
     ("OPENBLAS_NUM_THREADS", "openblas"),
