@@ -285,3 +285,26 @@ def test_a_service_that_cannot_start_exits_non_zero_without_serving() -> None:
     assert done.returncode != 0
     assert "microbatch serving on" not in done.stdout
     assert "no weights at /nowhere" in done.stderr
+
+
+@pytest.mark.parametrize("target", ["in_a_worker", "in_the_server"])
+def test_served_math_libraries_get_a_share_of_the_cores_unless_told(
+    target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from microbatch.pipeline.worker_env import THREAD_VARIABLES, usable_cores
+
+    for name in THREAD_VARIABLES:  # the server inherits this environment
+        monkeypatch.delenv(name, raising=False)
+    expected = max(1, usable_cores() - 1)  # one worker's share; the event loop's core left
+    served = f"tests.serve.threads_served:{target}"
+    with running(served) as server:
+        reply = httpx.post(f"{server.url}/predict", json=1.0, timeout=HANG_GUARD_S)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["blas"] == expected
+    if target == "in_a_worker":
+        assert reply.json()["omp"] == str(expected)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")  # told: both leave every pool alone
+    with running(served) as server:
+        reply = httpx.post(f"{server.url}/predict", json=1.0, timeout=HANG_GUARD_S)
+    assert reply.json()["omp"] is None
+    assert reply.json()["blas"] == min(2, usable_cores())  # OpenBLAS: at most one per core
