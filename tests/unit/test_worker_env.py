@@ -3,10 +3,20 @@ of the cores for the math libraries' threads (pipeline/worker_env.py)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
-from microbatch.pipeline.worker_env import THREAD_VARIABLES, WorkerEnv, default_threads
+import pytest
+
+from microbatch.pipeline.worker_env import (
+    THREAD_VARIABLES,
+    WorkerEnv,
+    cpu_quota,
+    default_threads,
+    usable_cores,
+)
 
 
 def test_a_worker_gets_the_cores_less_the_servers_shared_among_the_workers() -> None:
@@ -69,3 +79,28 @@ def test_the_serving_process_leaves_its_event_loop_a_core_unless_told_otherwise(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "True", "None"]
+
+
+def test_a_containers_cpu_limit_caps_the_usable_cores(tmp_path: Path) -> None:
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    assert cpu_quota(tmp_path) is None  # no cgroup files: no limit
+    (tmp_path / "cpu.max").write_text("max 100000\n")  # cgroup v2, unlimited
+    assert cpu_quota(tmp_path) is None
+    (tmp_path / "cpu.max").write_text("150000 100000\n")  # 1.5 CPUs
+    assert cpu_quota(tmp_path) == 1.5
+    assert usable_cores(tmp_path) == min(2, affinity or 2)  # rounded up, within affinity
+    (tmp_path / "cpu.max").write_text("garbage")
+    assert cpu_quota(tmp_path) is None
+    (tmp_path / "cpu.max").unlink()
+    v1 = tmp_path / "cpu"
+    v1.mkdir()
+    (v1 / "cpu.cfs_quota_us").write_text("-1\n")
+    (v1 / "cpu.cfs_period_us").write_text("100000\n")
+    assert cpu_quota(tmp_path) is None
+    (v1 / "cpu.cfs_quota_us").write_text("50000\n")  # half a CPU: still one core
+    assert cpu_quota(tmp_path) == 0.5 and usable_cores(tmp_path) == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="affinity is Linux's")
+def test_without_a_limit_the_usable_cores_are_the_affinity(tmp_path: Path) -> None:
+    assert usable_cores(tmp_path) == len(os.sched_getaffinity(0))

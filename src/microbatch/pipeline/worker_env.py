@@ -9,7 +9,8 @@ before anything else, though: the thread pools of the libraries loaded by then
 are resized to the counts set here, with threadpoolctl.
 
 By default a worker's math libraries start as many threads as its share of the
-cores, not one per core: the usable cores less one (the serving process's, for
+cores, not one per core: the usable cores (its CPU affinity, within a container's
+CPU limit) less one (the serving process's, for
 the HTTP front and the batching), divided among the stage's workers, at least
 one; a worker pinned with ``cpus`` gets one per CPU it is pinned to. Each library
 would otherwise start one thread per core in every worker, and their threads
@@ -21,13 +22,17 @@ or the stage's ``env`` sets any of the variables, none is set.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 __all__ = [
+    "CGROUP",
     "THREAD_VARIABLES",
     "WorkerEnv",
+    "cpu_quota",
     "default_threads",
     "share_serving_cores",
     "usable_cores",
@@ -41,6 +46,9 @@ THREAD_VARIABLES = (
     "NUMEXPR_NUM_THREADS",
 )
 """The thread counts of the math libraries (OpenMP, OpenBLAS, MKL, Accelerate, numexpr)."""
+
+CGROUP = Path("/sys/fs/cgroup")
+"""Where a container sees its own cgroup (and a host its root one)."""
 
 # Each variable, and the library (threadpoolctl's internal_api) whose pool it sizes.
 _POOLS = (
@@ -58,11 +66,31 @@ def default_threads(workers: int, cpus: Sequence[int] | None, usable: int) -> in
     return max(1, (usable - 1) // workers)
 
 
-def usable_cores() -> int:
-    """The cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+def usable_cores(cgroup: Path = CGROUP) -> int:
+    """The cores this process may run on: its CPU affinity, and no more than its
+    container's CPU limit (the cgroup's quota, rounded up), where it has one."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    quota = cpu_quota(cgroup)
+    if quota is not None:
+        return max(1, min(cores or 1, math.ceil(quota)))
+    return cores or 1
+
+
+def cpu_quota(cgroup: Path = CGROUP) -> float | None:
+    """The CPUs a cgroup may use (its CFS quota over its period), as a container sees
+    its own cgroup: ``cpu.max`` (cgroup v2) or ``cpu/cpu.cfs_quota_us`` and
+    ``cpu/cpu.cfs_period_us`` (v1) under ``cgroup``; None without a limit or files."""
+    try:
+        quota, period = (cgroup / "cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        try:
+            quota = (cgroup / "cpu" / "cpu.cfs_quota_us").read_text().strip()
+            period = (cgroup / "cpu" / "cpu.cfs_period_us").read_text().strip()
+        except OSError:
+            return None
+    if quota in ("max", "-1") or not quota.isdigit() or not period.isdigit() or int(period) == 0:
+        return None
+    return int(quota) / int(period)
 
 
 @dataclass(frozen=True)
