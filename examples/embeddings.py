@@ -31,6 +31,7 @@ import numpy as np
 
 import microbatch
 from microbatch.http import EmbeddingModel
+from microbatch.pipeline.worker_env import usable_cores
 
 __all__ = [
     "EmbedRequest",
@@ -97,9 +98,9 @@ def gpu_present() -> bool:
 
 
 def default_threads() -> int:
-    """PyTorch threads for a CPU encoder: the usable cores less one, at least one."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (cores or 1) - 1)
+    """PyTorch threads for a CPU encoder: the usable cores (within a container's CPU
+    limit) less one, at least one."""
+    return max(1, usable_cores() - 1)
 
 
 class TokenCounter:
