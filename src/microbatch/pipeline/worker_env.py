@@ -10,9 +10,9 @@ are resized to the counts set here, with threadpoolctl.
 
 By default a worker's math libraries start as many threads as its share of the
 cores, not one per core: the usable cores (its CPU affinity, within a container's
-CPU limit) less one (the serving process's, for
-the HTTP front and the batching), divided among the stage's workers, at least
-one; a worker pinned with ``cpus`` gets one per CPU it is pinned to. Each library
+CPU limit) less one (the serving process's, for the HTTP front and the batching),
+divided among the stage's workers, at least one; a worker pinned with ``cpus``
+gets one per CPU it is pinned to. Each library
 would otherwise start one thread per core in every worker, and their threads
 spin between calls: with one worker of a small numpy model on 2 cores the serving
 process lost its core to them and served 30 to 40 % fewer requests
@@ -69,11 +69,12 @@ def default_threads(workers: int, cpus: Sequence[int] | None, usable: int) -> in
 def usable_cores(cgroup: Path = CGROUP) -> int:
     """The cores this process may run on: its CPU affinity, and no more than its
     container's CPU limit (the cgroup's quota, rounded up), where it has one."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if hasattr(os, "sched_getaffinity"):
+        cores = len(os.sched_getaffinity(0))
+    else:
+        cores = os.cpu_count() or 1
     quota = cpu_quota(cgroup)
-    if quota is not None:
-        return max(1, min(cores or 1, math.ceil(quota)))
-    return cores or 1
+    return cores if quota is None else max(1, min(cores, math.ceil(quota)))
 
 
 def cpu_quota(cgroup: Path = CGROUP) -> float | None:
@@ -118,7 +119,7 @@ class WorkerEnv:
         """A worker's: the stage's ``env`` for it, and its CPUs; the math libraries'
         thread counts too unless ``environ`` (the server's) or ``env`` sets one."""
         variables = dict(env)
-        if not any(name in environ or name in env for name in THREAD_VARIABLES):
+        if not _sets_threads(environ) and not _sets_threads(env):
             cores = usable if usable is not None else usable_cores()
             threads = str(default_threads(workers, cpus, cores))
             variables.update(dict.fromkeys(THREAD_VARIABLES, threads))
@@ -156,10 +157,15 @@ def share_serving_cores(environ: Mapping[str, str] = os.environ) -> int | None:
 
     OpenMP's pool (torch's) is left as the model's setup may have set it
     (``torch.set_num_threads``); libraries first loaded later keep their default."""
-    if any(name in environ for name in THREAD_VARIABLES):
+    if _sets_threads(environ):
         return None
     from threadpoolctl import ThreadpoolController
 
     threads = max(1, usable_cores() - 1)
     ThreadpoolController().limit(limits=threads, user_api="blas")  # it stays so
     return threads
+
+
+def _sets_threads(variables: Mapping[str, str]) -> bool:
+    """Whether ``variables`` set a math library's thread count (then it is left to them)."""
+    return any(name in variables for name in THREAD_VARIABLES)
