@@ -43,6 +43,9 @@ SINGLE_THREAD_BLAS = {
         "NUMEXPR_NUM_THREADS",
     )
 }
+WRK_THREADS = int(os.environ.get("MICROBATCH_BENCH_WRK_THREADS", "2"))
+"""wrk's threads (at most one per connection): 2 fits a 2-core machine; give more
+cores' machines more, so that the load generator is not the limit."""
 VERSIONS_OF = ("microbatch", "mosec", "litserve", "fastapi", "uvicorn", "numpy")
 """Packages whose versions :func:`versions` reports by default."""
 
@@ -335,7 +338,7 @@ def bodies_script(bodies: Sequence[bytes], path: Path) -> Path:
 
 def run_wrk(url: str, script: Path, connections: int, seconds: float) -> dict[str, Any]:
     """One closed-loop wrk run; its summary (latencies in us, counts)."""
-    threads = min(2, connections)
+    threads = min(WRK_THREADS, connections)
     command = [
         "wrk",
         f"-t{threads}",

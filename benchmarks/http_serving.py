@@ -98,6 +98,14 @@ CONTENDERS = {
         ),
         replace(
             MICROBATCH,
+            name="microbatch-4http",
+            settings="as microbatch, with `serve --workers 4`: four HTTP processes in front "
+            "of the one Service (still 1 model worker); for machines with many cores",
+            options=("--workers", "4"),
+            venv_name="microbatch",
+        ),
+        replace(
+            MICROBATCH,
             name="microbatch-before",
             settings="as microbatch, with the code under --before-src (a checkout's src/ "
             "put first on PYTHONPATH): before and after in one run",
@@ -348,7 +356,9 @@ def parse_args() -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     default = [
-        name for name in CONTENDERS if name not in ("microbatch-no-timing", "microbatch-before")
+        name
+        for name in CONTENDERS
+        if name not in ("microbatch-no-timing", "microbatch-before", "microbatch-4http")
     ]
     parser.add_argument("--contenders", nargs="+", default=default, choices=CONTENDERS)
     parser.add_argument(

@@ -6,7 +6,15 @@ import asyncio
 
 import pytest
 
-from examples.embeddings import MAX_TOKENS, TOKEN_BUDGET, EmbedRequest, TokenCounter, make_service
+import examples.embeddings
+from examples.embeddings import (
+    GPU_TOKEN_BUDGET,
+    MAX_TOKENS,
+    TOKEN_BUDGET,
+    EmbedRequest,
+    TokenCounter,
+    make_service,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -15,6 +23,23 @@ def test_a_text_costs_its_token_count_truncated_like_the_model() -> None:
     count = TokenCounter()
     assert count(EmbedRequest("A man is playing a guitar.")) == 9  # [CLS] 7 tokens [SEP]
     assert count(EmbedRequest("word " * 1000)) == MAX_TOKENS
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_with_a_gpu_batches_are_larger_and_cost_more_tokens(
+    gpu: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(examples.embeddings, "gpu_present", lambda: gpu)
+    service = make_service()
+    encode = service.stages[-1].config
+    assert [stage.name for stage in service.stages] == (
+        ["tokenize", "encode"] if gpu else ["embed"]
+    )
+    assert encode.max_batch_cost == (GPU_TOKEN_BUDGET if gpu else TOKEN_BUDGET)
+    assert encode.max_batch_size == (128 if gpu else 64)
+    # told, either way
+    told = make_service(token_budget=4096, max_texts=16).stages[-1].config
+    assert (told.max_batch_cost, told.max_batch_size) == (4096, 16)
 
 
 async def test_texts_of_mixed_lengths_are_batched_within_the_token_budget() -> None:
