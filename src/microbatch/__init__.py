@@ -26,7 +26,7 @@ from .merge import ListRows, NumpyRows, RowFormat
 from .pipeline import Model, Service, Stage, StepModel, WorkerContext
 from .policy import AdaptivePolicy, CostModel, FixedPolicy, Policy, QueueState
 from .stats import BatcherStats, ServiceStats, StageStats, StreamStats
-from .step_contract import END
+from .step_contract import END, Started
 from .streams import SlowReader, Stream
 from .types import Route, Servable, StreamingServable, deadline_from
 
@@ -67,6 +67,7 @@ __all__ = [
     "Stage",
     "StageFailed",
     "StageStats",
+    "Started",
     "StepModel",
     "Stream",
     "StreamStats",

@@ -3,7 +3,8 @@ who joins a step: the contract between :class:`~microbatch.stepping.StepLoop` an
 :class:`StepRunner` (this process, a worker thread, a worker process).
 
 A step is one :class:`StepJob` (who joins, with their items; who leaves), answered
-by one :class:`StepDone` (one chunk, error or :data:`END` per item stepped). An
+by one :class:`StepDone` (one chunk, error or :data:`END` per item stepped, or
+started with its first chunk: :class:`Started`). An
 :data:`AdmissionPolicy` decides how many waiting items join: :func:`continuous`
 (step-wise batching) or :func:`lockstep` (a generator ``predict``).
 """
@@ -17,6 +18,7 @@ from typing import Any, Protocol
 __all__ = [
     "END",
     "AdmissionPolicy",
+    "Started",
     "StepDone",
     "StepJob",
     "StepRunner",
@@ -40,6 +42,25 @@ class _End:
 END: Any = _End()
 """A step's output (or a generator ``predict``'s element) that finishes its item
 without a chunk."""
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """What a step model's ``start`` may return for an item instead of its bare
+    state: the state, and the item's first chunk made by ``start`` itself (as reading
+    a prompt gives the first token). The item then sits out the step of the job
+    that started it, so its caller gets that chunk a step sooner; every item still
+    gets one chunk per job.
+
+    Attributes:
+        state: The item's state, for the steps that follow.
+        chunk: Its first chunk (:data:`END`: none; an exception instance: its error).
+        finished: Whether that chunk is its last (its state is then dropped).
+    """
+
+    state: Any
+    chunk: Any
+    finished: bool = False
 
 
 @dataclass(frozen=True, slots=True)

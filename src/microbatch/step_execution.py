@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from .errors import ResultLengthError
 from .execution import run_batch
-from .step_contract import END, StepDone, StepJob
+from .step_contract import END, Started, StepDone, StepJob
 
 __all__ = ["GeneratorSteps", "InlineStepRunner", "StepExecutor", "Steppable"]
 
@@ -56,20 +56,29 @@ class StepExecutor:
         return len(self._states)
 
     def advance(self, job: StepJob) -> StepDone:
-        """Drop the leaving items, start the joining ones, step every active one."""
+        """Drop the leaving items, start the joining ones, step every active one
+        (but those whose start made their first chunk: :class:`Started`)."""
         states = self._states
         for key in job.leave:
             states.pop(key, None)
         done = StepDone(started_s=self._clock())
+        began: set[int] = set()  # started with their first chunk: not stepped now
         if job.join_items:
             started = run_batch(self._start_span, list(job.join_items), self._isolate)
             for key, state in zip(job.join_keys, started, strict=True):
-                if isinstance(state, BaseException):
+                if type(state) is Started:
+                    chunk = state.chunk
+                    ends = state.finished or chunk is END or isinstance(chunk, BaseException)
+                    _add(done, key, chunk, ends)
+                    if not ends:
+                        states[key] = state.state
+                        began.add(key)
+                elif isinstance(state, BaseException):
                     _add(done, key, state, True)
                 else:
                     states[key] = state
-        if states:
-            keys = list(states)
+        if len(states) > len(began):
+            keys = [key for key in states if key not in began] if began else list(states)
             stepped = run_batch(self._step_span, keys, self._isolate)
             chunks, flags = done.chunks, done.finished
             done.keys.extend(keys)

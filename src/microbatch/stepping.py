@@ -51,6 +51,7 @@ from .stats import StreamStats, StreamStatsRecorder
 from .step_contract import (
     END,
     AdmissionPolicy,
+    Started,
     StepDone,
     StepJob,
     StepRunner,
@@ -62,6 +63,7 @@ from .streams import MAX_BUFFERED_CHUNKS, Channel, Stream
 __all__ = [  # the step contract's names too, where they were first defined
     "END",
     "AdmissionPolicy",
+    "Started",
     "StepDone",
     "StepJob",
     "StepLoop",

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from microbatch import END, ItemError, Model, StepModel
+from microbatch import END, ItemError, Model, Started, StepModel
 
 
 class Counter(StepModel):
@@ -84,3 +84,31 @@ class Name(Model):
 
     def predict(self, batch: list[int]) -> list[str]:
         return [f"item{n}:{n}" for n in batch]
+
+
+class Prefilled(StepModel):
+    """As :class:`Counter`, but ``start`` makes each item's first chunk itself
+    (``Started``), as reading a prompt gives the first token; ``"name:n:fail@0"``
+    fails in ``start``, and every call is counted by the names it got (thread mode)."""
+
+    calls: list[tuple[str, list[str]]] = []  # noqa: RUF012 - ("start" | "step", names)
+
+    def start(self, items: list[str]) -> list[Any]:
+        type(self).calls.append(("start", [item.split(":")[0] for item in items]))
+        started: list[Any] = []
+        for item in items:
+            name, length, *rest = item.split(":")
+            if rest == ["fail@0"]:
+                started.append(ItemError(f"{name} failed in start"))
+                continue
+            state = [name, int(length), 1]
+            started.append(Started(state, f"{name}-0", finished=int(length) == 1))
+        return started
+
+    def step(self, states: list[list[Any]]) -> tuple[list[Any], list[bool]]:
+        type(self).calls.append(("step", [state[0] for state in states]))
+        chunks = []
+        for state in states:
+            chunks.append(f"{state[0]}-{state[2]}")
+            state[2] += 1
+        return chunks, [state[2] >= state[1] for state in states]

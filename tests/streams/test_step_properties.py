@@ -6,7 +6,8 @@ stream), cancellations, clock advances and worker deaths. Every stream must get
 exactly its own chunks, in order, and exactly one end; no step may compute an item
 whose caller left (or whose deadline passed) before the step began; ``max_active``
 is never exceeded; a failing item fails alone; with ``restart`` (idempotent steps),
-an item whose worker died starts again and its caller gets no chunk twice.
+an item whose worker died starts again and its caller gets no chunk twice. Either
+the first step makes an item's first chunk, or its start does (``Started``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 
 from microbatch.errors import DeadlineExceeded, ItemError, Overloaded, WorkerDied
 from microbatch.step_execution import StepExecutor
-from microbatch.stepping import StepDone, StepJob, StepLoop, continuous, lockstep
+from microbatch.stepping import Started, StepDone, StepJob, StepLoop, continuous, lockstep
 from microbatch.streams import Channel, Stream
 from microbatch.testing import FakeClock
 
@@ -92,15 +93,23 @@ class World:
 
 
 class WorldModel:
-    """Item ``i`` yields ``"i:0"``, ``"i:1"``, ... for ``length`` steps."""
+    """Item ``i`` yields ``"i:0"``, ``"i:1"``, ... for ``length`` steps; with
+    ``prefill``, ``start`` makes ``"i:0"`` itself (:class:`Started`)."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, prefill: bool = False) -> None:
         self.world = world
+        self.prefill = prefill
 
-    def start(self, items: list[Item]) -> list[list[Any]]:
+    def start(self, items: list[Item]) -> list[Any]:
         if any(item.bad_start for item in items):
             raise ItemError("bad start")
-        return [[item, 0] for item in items]
+        if not self.prefill:
+            return [[item, 0] for item in items]
+        self.world.check([[item, 0] for item in items])
+        for item in items:  # raise before making any state
+            if item.fails_at == 0:
+                raise ItemError(f"item {item.id} failed at step 0")
+        return [Started([item, 1], f"{item.id}:0", item.length == 1) for item in items]
 
     def step(self, states: list[list[Any]]) -> tuple[list[str], list[bool]]:
         self.world.check(states)
@@ -119,9 +128,9 @@ class WorldRunner:
     """The model in its executor, each step taking ``cost_s`` on the fake clock; a
     kill during a step loses every state."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, prefill: bool = False) -> None:
         self.world = world
-        self.executor = StepExecutor(WorldModel(world), clock=world.clock.now)
+        self.executor = StepExecutor(WorldModel(world, prefill), clock=world.clock.now)
         self.holding: set[int] = set()  # item ids whose state is held
 
     async def advance(self, job: StepJob) -> StepDone:
@@ -169,6 +178,7 @@ schedules = st.lists(
     cost_s=st.sampled_from([0.0, 0.001]),
     admission=st.sampled_from([continuous, lockstep]),
     restart=st.booleans(),
+    prefill=st.booleans(),
 )
 def test_every_stream_gets_exactly_its_own_chunks_and_one_end(
     schedule: list[Open | Advance | Cancel | Kill],
@@ -177,10 +187,12 @@ def test_every_stream_gets_exactly_its_own_chunks_and_one_end(
     cost_s: float,
     admission: Any,
     restart: bool,
+    prefill: bool,
 ) -> None:
     asyncio.run(
         asyncio.wait_for(
-            run_schedule(schedule, max_active, max_queue, cost_s, admission, restart), _BOUND_S
+            run_schedule(schedule, max_active, max_queue, cost_s, admission, restart, prefill),
+            _BOUND_S,
         )
     )
 
@@ -192,12 +204,13 @@ async def run_schedule(
     cost_s: float,
     admission: Any,
     restart: bool = False,
+    prefill: bool = False,
 ) -> Counter[str]:
     loop_errors: list[object] = []
     asyncio.get_running_loop().set_exception_handler(lambda _, ctx: loop_errors.append(ctx))
     clock = FakeClock()
     world = World(clock, max_active, cost_s)
-    runner = WorldRunner(world)
+    runner = WorldRunner(world, prefill)
     loop = StepLoop(
         runner,
         max_active=max_active,

@@ -38,6 +38,7 @@ PUBLIC = {
     "SlowReader",
     "Stage",
     "StageStats",
+    "Started",
     "StageFailed",
     "StepModel",
     "Stream",

@@ -48,7 +48,13 @@ class StepModel(Model):
 
     def start(self, items: list[Any]) -> Sequence[Any]:
         """Return one state per item of ``items`` (an exception instance fails its
-        item; a raise is bisected down to the failing items)."""
+        item; a raise is bisected down to the failing items).
+
+        Where reading an item already gives its first chunk (a prompt's first
+        token), return :class:`microbatch.Started` ``(state, chunk)`` for it: its
+        caller gets that chunk with this job, and the item's first :meth:`step` is
+        in the next one.
+        """
         raise NotImplementedError(f"{type(self).__name__} must implement start()")
 
     def step(self, states: list[Any]) -> tuple[Sequence[Any], Sequence[bool]]:
