@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from microbatch import batch
+from microbatch import Model, Service, Stage, batch
 from microbatch.errors import DeadlineExceeded, Overloaded, RemoteError, StageFailed
 from microbatch.http.metrics import RequestCollector, RequestCounts
 from microbatch.loading import as_servable
@@ -203,7 +204,7 @@ computed: list[float] = []
 
 @asynccontextmanager
 async def _relayed(function: Any, fronts: int = 2) -> AsyncIterator[tuple[Hub, list[RelayTarget]]]:
-    target = as_servable(function)
+    target = function if isinstance(function, Service) else as_servable(function)
     await target.start()
     hub = Hub(target)
     relays = []
@@ -261,6 +262,68 @@ async def test_a_cancelled_item_is_never_computed(gate: _Gate) -> None:
         assert await busy == 2.0
         assert await relays[1].submit(3.0, deadline=None) == 6.0
     assert computed == [1.0, 3.0]
+
+
+class _Held(Model):
+    """Doubles each item; a batch holding a negative item waits for ``release``."""
+
+    holding = threading.Event()  # a held batch has started
+    release = threading.Event()
+    computed: list[float] = []  # noqa: RUF012 - the items computed, in order
+
+    def predict(self, batch: list[float]) -> list[float]:
+        if any(x < 0 for x in batch):
+            type(self).holding.set()
+            type(self).release.wait(HANG_GUARD_S)
+        type(self).computed.extend(batch)
+        return [2 * x for x in batch]
+
+
+def _held_service(max_in_flight: int = 10_000) -> Service[float, float]:
+    _Held.holding = threading.Event()
+    _Held.release = threading.Event()
+    _Held.computed = []
+    stage = Stage(
+        _Held, mode="thread", max_batch_size=8, max_latency_ms=2, max_concurrent_batches=1
+    )
+    return Service(stage, max_in_flight=max_in_flight)
+
+
+def _in_flight(hub: Hub) -> int:
+    """The items the hub holds for its fronts."""
+    return sum(len(link.tasks) for link in hub._links.values())
+
+
+async def test_a_service_is_fed_without_a_task_per_item() -> None:
+    async with _relayed(_held_service()) as (hub, relays):
+        assert hub.submit_nowait is not None  # the Service's own, no coroutine
+        held = asyncio.ensure_future(relays[0].submit(-1.0, deadline=None))
+        await _until(_Held.holding.is_set)
+        rest = [
+            asyncio.ensure_future(relays[i % 2].submit(float(i), deadline=None)) for i in range(16)
+        ]
+        await _until(lambda: _in_flight(hub) == 17)
+        in_flight = [f for link in hub._links.values() for f in link.tasks.values()]
+        assert not any(isinstance(f, asyncio.Task) for f in in_flight)
+        _Held.release.set()
+        assert await held == -2.0
+        assert await asyncio.gather(*rest) == [2.0 * i for i in range(16)]
+
+
+async def test_a_refused_item_fails_alone_and_a_withdrawn_one_is_never_computed() -> None:
+    async with _relayed(_held_service(max_in_flight=2)) as (hub, relays):
+        held = asyncio.ensure_future(relays[0].submit(-1.0, deadline=None))
+        await _until(_Held.holding.is_set)
+        gone = asyncio.ensure_future(relays[1].submit(5.0, deadline=None))
+        await _until(lambda: _in_flight(hub) == 2)
+        with pytest.raises(Overloaded):  # the third of max_in_flight=2, refused at once
+            await relays[1].submit(7.0, deadline=None)
+        gone.cancel()
+        await _until(lambda: _in_flight(hub) == 1)  # the hub withdrew it
+        _Held.release.set()
+        assert await held == -2.0
+        assert await relays[0].submit(3.0, deadline=None) == 6.0
+    assert _Held.computed == [-1.0, 3.0]
 
 
 async def test_readiness_stats_and_the_other_fronts_counts_reach_every_front() -> None:

@@ -57,6 +57,8 @@ class Hub:
         self.target = target
         self.tracer = tracer
         self.takes_timing = accepts_timing(target)
+        # The Service's submit without a task per item, where its routes allow it.
+        self.submit_nowait: Any = getattr(target, "submit_nowait", None)
         self.serving = False  # every front is up
         self.draining = False
         self._links: dict[int, _FrontLink] = {}
@@ -121,7 +123,7 @@ class _FrontLink:
         self.hub = hub
         self.index = index
         self.channel = Channel(self._on_message, partial(hub.lost, self))
-        self.tasks: dict[int, asyncio.Task[Any]] = {}
+        self.tasks: dict[int, asyncio.Future[Any]] = {}  # a task, or a future (nowait)
         self.counts = RequestCounts()
         self.hello: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -154,23 +156,30 @@ class _FrontLink:
         except Exception as error:
             self.channel.post(Result(request_id, pack_outcome(False, error)))
             return
-        target: Any = self.hub.target  # its submit takes timing where accepts_timing says
-        if message.timed and self.hub.takes_timing:
-            record = Timing(time.monotonic())
-            timing: Timing | None = record
-            tracer = self.hub.tracer
-            if message.traceparent and tracer is not None:
+        hub = self.hub
+        timing: Timing | None = None
+        if message.timed and hub.takes_timing:
+            timing = Timing(time.monotonic())
+            if message.traceparent and hub.tracer is not None:
                 parent = ((b"traceparent", message.traceparent.encode("latin-1")),)
-                tracer.start_request(record, "microbatch hub", parent)
-            submitted = target.submit(
-                item, deadline=message.deadline, route=message.route, timing=timing
+                hub.tracer.start_request(timing, "microbatch hub", parent)
+        timed = {} if timing is None else {"timing": timing}
+        answer: asyncio.Future[Any] | None = None
+        if hub.submit_nowait is not None and (timing is None or timing.span is None):
+            try:  # no task for the item: its future (None where the route needs one)
+                answer = hub.submit_nowait(
+                    item, deadline=message.deadline, route=message.route, **timed
+                )
+            except Exception as error:  # refused at once
+                self.channel.post(Result(request_id, pack_outcome(False, error)))
+                return
+        if answer is None:
+            submitted = hub.target.submit(
+                item, deadline=message.deadline, route=message.route, **timed
             )
-        else:
-            timing = None
-            submitted = target.submit(item, deadline=message.deadline, route=message.route)
-        task = asyncio.get_running_loop().create_task(submitted)
-        self.tasks[request_id] = task
-        task.add_done_callback(partial(self._finished, request_id, timing))
+            answer = asyncio.get_running_loop().create_task(submitted)
+        self.tasks[request_id] = answer
+        answer.add_done_callback(partial(self._finished, request_id, timing))
 
     def _open_stream(self, message: OpenStream) -> None:
         request_id = message.request_id
@@ -209,7 +218,7 @@ class _FrontLink:
         outcome = pack_outcome(True, None) if error is None else pack_outcome(False, error)
         self.channel.post(StreamEnd(request_id, outcome))
 
-    def _finished(self, request_id: int, timing: Timing | None, task: asyncio.Task[Any]) -> None:
+    def _finished(self, request_id: int, timing: Timing | None, task: asyncio.Future[Any]) -> None:
         if timing is not None and timing.span is not None:
             timing.tracer.end_request(timing, None if task.cancelled() else task.exception())
         if self.tasks.pop(request_id, None) is None or task.cancelled():
