@@ -170,8 +170,8 @@ class _FrontLink:
                 answer = hub.submit_nowait(
                     item, deadline=message.deadline, route=message.route, **timed
                 )
-            except Exception as error:  # refused at once
-                self.channel.post(Result(request_id, pack_outcome(False, error)))
+            except Exception as error:  # refused at once (the stage it reached, timed)
+                self._answer(request_id, pack_outcome(False, error), timing)
                 return
         if answer is None:
             submitted = hub.target.submit(
@@ -225,6 +225,10 @@ class _FrontLink:
             return  # the front asked to cancel it, or is gone
         error = task.exception()
         outcome = pack_outcome(True, task.result()) if error is None else pack_outcome(False, error)
+        self._answer(request_id, outcome, timing)
+
+    def _answer(self, request_id: int, outcome: bytes, timing: Timing | None) -> None:
+        """Send an item's outcome to its front, with its stage timings if it asked."""
         if timing is None:
             self.channel.post(Result(request_id, outcome))
         else:
