@@ -49,8 +49,8 @@ class Started:
     """What a step model's ``start`` may return for an item instead of its bare
     state: the state, and the item's first chunk made by ``start`` itself (as reading
     a prompt gives the first token). The item then sits out the step of the job
-    that started it, so its caller gets that chunk a step sooner; every item still
-    gets one chunk per job.
+    that started it, so every item still gets one chunk per job; where no other
+    item is active (an idle model, a first wave), the job needs no step at all.
 
     Attributes:
         state: The item's state, for the steps that follow.

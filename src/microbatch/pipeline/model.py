@@ -53,7 +53,7 @@ class StepModel(Model):
         Where reading an item already gives its first chunk (a prompt's first
         token), return :class:`microbatch.Started` ``(state, chunk)`` for it: its
         caller gets that chunk with this job, and the item's first :meth:`step` is
-        in the next one.
+        in the next one (a step saved where nothing else is active).
         """
         raise NotImplementedError(f"{type(self).__name__} must implement start()")
 
