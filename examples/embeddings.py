@@ -58,7 +58,7 @@ tokens, or 64 of up to 32."""
 GPU_TOKEN_BUDGET = 16384
 """The same on a GPU, with up to 128 texts a batch. There a batch costs mostly its
 fixed part (kernel launches, copies in and out), not its padded tokens, so fewer,
-larger batches win: on an H100, 6.2-8.1k texts/s against 2.5-5.7k at 2,048 tokens
+larger batches win: on an H100, 5.5-8.1k texts/s against 1.5-5.7k at 2,048 tokens
 (``benchmarks/results/gpu_checks.md``)."""
 _OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
