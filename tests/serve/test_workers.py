@@ -8,6 +8,7 @@ hang guards, never pass criteria.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import pickle
 import re
@@ -387,6 +388,10 @@ def _start(
 ) -> tuple[subprocess.Popen[str], str, Any]:
     """``microbatch serve --workers 2`` with its log in a file: (process, url, log)."""
     log = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed by _stop)
+    # The server's stderr shares this file's offset: without O_APPEND, a seek(0) here
+    # to read the log would make the server's next line overwrite its first ones.
+    flags = fcntl.fcntl(log.fileno(), fcntl.F_GETFL)
+    fcntl.fcntl(log.fileno(), fcntl.F_SETFL, flags | os.O_APPEND)
     process = subprocess.Popen(
         serve_command(target, "--port", "0", "--workers", "2", *options),
         cwd=ROOT,
@@ -422,7 +427,9 @@ def _started_again(log: Any, fronts: int) -> list[int]:
     exact) and offers no event: this is a bounded wait on it."""
     give_up = time.monotonic() + HANG_GUARD_S
     while len(pids := _front_pids(log)) < fronts:
-        assert time.monotonic() < give_up, f"never {fronts} HTTP processes started"
+        if time.monotonic() >= give_up:
+            log.seek(0)
+            raise AssertionError(f"never {fronts} HTTP processes started; the log:\n{log.read()}")
         time.sleep(0.05)
     return pids
 
