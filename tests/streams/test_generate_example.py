@@ -76,3 +76,20 @@ def test_start_reads_each_prompt_as_the_gru_cell_would_one_character_at_a_time()
                 hidden = model.cell(model.embed(code), hidden[None])[0]
         assert torch.allclose(state.hidden, hidden, atol=1e-5), text
         assert state.last == model.index[("\n" + text)[-1]]
+
+
+def test_characters_are_drawn_with_their_probabilities() -> None:
+    import torch
+
+    from examples.generate import CharModel
+    from microbatch import WorkerContext
+
+    model = CharModel(train_s=0.0)
+    model.setup(WorkerContext("generate", 0))
+    certain = torch.eye(5)  # row i: character i for sure
+    assert model._draw(certain) == [0, 1, 2, 3, 4]
+    rows = torch.tensor([[0.2, 0.0, 0.8]]).expand(20_000, 3)
+    drawn = torch.tensor(model._draw(rows))
+    assert set(drawn.tolist()) == {0, 2}  # never a character of probability 0
+    share = (drawn == 2).float().mean().item()
+    assert 0.78 < share < 0.82  # 0.8 within about seven standard deviations
