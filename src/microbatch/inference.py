@@ -3,29 +3,36 @@
 REST (:mod:`microbatch.http.inference_v2`) and gRPC (:mod:`microbatch.grpc`) both
 read tensors off the wire and hand them to :meth:`InferenceModel.infer`: each row
 becomes one item, submitted on its own (so rows from many clients share batches),
-and the results become the output tensors.
+and the results become the output tensors. A model that streams (a step model, a
+generator ``predict``) is also offered as :meth:`InferenceModel.stream`: one row in,
+each chunk out as output tensors of one row.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import MicrobatchError
-from .signature import Signature, signature_of
+from .signature import Signature, field_values, signature_of
 from .tensors import Tensor, TensorError
 from .timing import Timing, accepts_timing
-from .types import Servable
+from .types import Servable, StreamingServable
 
 __all__ = [
     "InferenceModel",
     "ModelMetadata",
     "OutputMismatch",
     "TensorMetadata",
+    "chunk_tensors",
     "submit_all",
 ]
+
+_CHUNK = signature_of(Any, "output")
+_RECORD_CHUNK = signature_of(dict[str, Any], "output")
 
 
 class OutputMismatch(MicrobatchError):
@@ -161,10 +168,75 @@ class InferenceModel:
             tensors = self.outputs.tensors(results)
         except ValueError as error:
             raise OutputMismatch(str(error)) from None
-        if not outputs:
-            return tensors
-        by_name = {tensor.name: tensor for tensor in tensors}
-        unknown = [name for name in outputs if name not in by_name]
-        if unknown:
-            raise TensorError(f"unknown output {unknown[0]!r}; the model gives {sorted(by_name)}")
-        return [by_name[name] for name in outputs]
+        return _chosen(tensors, outputs)
+
+    @property
+    def streams(self) -> bool:
+        """Its results come as streams of chunks: :meth:`stream`, not :meth:`infer`."""
+        servable = self.servable
+        return isinstance(servable, StreamingServable) and servable.can_stream()
+
+    async def stream(
+        self, inputs: Sequence[Tensor], *, deadline: float | None, outputs: Sequence[str] = ()
+    ) -> AsyncIterator[list[Tensor]]:
+        """The one row of ``inputs`` as one item; each chunk of its stream as output
+        tensors (see :func:`chunk_tensors`) as it comes. Leaving the iteration early
+        withdraws the item (at its next step).
+
+        Args:
+            inputs: The input tensors, of one row.
+            deadline: The whole stream's deadline (``time.monotonic()``), or None.
+            outputs: The outputs wanted, by name (empty: all).
+
+        Raises:
+            TensorError: The inputs do not match the model or have more than one
+                row, or a chunk lacks an output asked for.
+            OutputMismatch: A chunk cannot be a tensor (500).
+            MicrobatchError: What ``stream`` raises (overload, deadline, ...).
+        """
+        servable = self.servable
+        if not isinstance(servable, StreamingServable):
+            raise TypeError(f"model {self.name!r} does not stream")
+        items = self.inputs.items(inputs)
+        if len(items) != 1:
+            raise TensorError(f"a model that streams takes one row a request, got {len(items)}")
+        chunks = servable.stream(items[0], deadline=deadline)
+        async with contextlib.aclosing(chunks):  # type: ignore[type-var]
+            async for chunk in chunks:
+                yield _chosen(chunk_tensors(chunk), outputs)
+
+
+def chunk_tensors(chunk: Any) -> list[Tensor]:
+    """One chunk as output tensors of one row: a record (a dict, a struct, a
+    dataclass) as one tensor per field that is not None, anything else as one
+    tensor ``output``.
+
+    Raises:
+        OutputMismatch: The chunk cannot be a tensor.
+    """
+    try:
+        fields = field_values(chunk)
+    except ValueError:
+        signature = _CHUNK
+    else:
+        signature = _RECORD_CHUNK
+        chunk = {name: value for name, value in fields.items() if value is not None}
+    try:
+        return signature.tensors([chunk])
+    except ValueError as error:
+        raise OutputMismatch(f"a chunk: {error}") from None
+
+
+def _chosen(tensors: list[Tensor], outputs: Sequence[str]) -> list[Tensor]:
+    """The tensors named in ``outputs``, in its order (all of them when empty).
+
+    Raises:
+        TensorError: An output is not there.
+    """
+    if not outputs:
+        return tensors
+    by_name = {tensor.name: tensor for tensor in tensors}
+    unknown = [name for name in outputs if name not in by_name]
+    if unknown:
+        raise TensorError(f"unknown output {unknown[0]!r}; the model gives {sorted(by_name)}")
+    return [by_name[name] for name in outputs]

@@ -337,12 +337,15 @@ def _spec(name: str, hint: Any, required: bool) -> TensorSpec:
 
 
 def _unoptional(hint: Any) -> Any:
-    """``X`` from ``X | None``."""
+    """``X`` from ``X | None`` and from ``Annotated[X, ...]`` (constraints such as
+    ``msgspec.Meta`` are checked when the item is built, not here)."""
     args = typing.get_args(hint)
+    if typing.get_origin(hint) is typing.Annotated:
+        return _unoptional(args[0])
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         kept = [arg for arg in args if arg is not type(None)]
         if len(kept) == 1:
-            return kept[0]
+            return _unoptional(kept[0])
     return hint
 
 

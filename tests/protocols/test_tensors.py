@@ -3,7 +3,7 @@ input is always a TensorError (400) naming the reason, never anything else."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
@@ -177,6 +177,22 @@ def test_a_record_is_one_tensor_per_field() -> None:
         )
 
 
+class Constrained(msgspec.Struct):
+    text: Annotated[str, msgspec.Meta(max_length=3)]
+    count: Annotated[int, msgspec.Meta(ge=1)] | None = None
+
+
+def test_annotated_fields_are_their_types_and_keep_their_constraints() -> None:
+    signature = signature_of(Constrained, "input")
+    shown = [(spec.name, spec.datatype, spec.shape) for spec in signature.specs]
+    assert shown == [("text", "BYTES", [-1, 1]), ("count", "INT64", [-1, 1])]
+    texts = np.empty((2, 1), dtype=object)
+    texts[:] = [[b"abc"], [b"abcd"]]
+    assert signature.items([Tensor("text", "BYTES", texts[:1])]) == [Constrained("abc")]
+    with pytest.raises(TensorError, match="length <= 3"):
+        signature.items([Tensor("text", "BYTES", texts)])
+
+
 def test_results_stack_into_output_tensors_and_ragged_ones_do_not() -> None:
     signature = signature_of(list[float], "output")
     (tensor,) = signature.tensors([[1.0, 2.0], [3.0, 4.0]])
@@ -191,3 +207,26 @@ def test_a_dict_takes_any_names() -> None:
     assert items == [{"a": 1.0}, {"a": 2.0}]
     (tensor,) = signature_of(dict[str, float], "output").tensors([{"b": 1.0}])
     assert (tensor.name, tensor.datatype) == ("b", "FP32")
+
+
+def test_a_chunk_is_one_row_of_output_tensors() -> None:
+    from microbatch.inference import OutputMismatch, chunk_tensors
+
+    (text,) = chunk_tensors("a")
+    assert (text.name, text.datatype, text.shape) == ("output", "BYTES", [1, 1])
+    (numbers,) = chunk_tensors([1.0, 2.5])
+    assert (numbers.name, numbers.datatype, numbers.shape) == ("output", "FP64", [1, 2])
+    token, logprob = chunk_tensors({"token": "x", "logprob": -0.5})
+    assert (token.name, token.datatype, logprob.name, logprob.datatype) == (
+        "token",
+        "BYTES",
+        "logprob",
+        "FP64",
+    )
+    assert [tensor.name for tensor in chunk_tensors(Record("t", [1.0]))] == [
+        "text",
+        "weights",
+        "count",
+    ]
+    with pytest.raises(OutputMismatch, match="a chunk"):
+        chunk_tensors(object())

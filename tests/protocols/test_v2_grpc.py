@@ -197,25 +197,26 @@ def _wait_in_flight(running: Running) -> None:
         time.sleep(0.01)
 
 
-def test_the_vendored_descriptor_is_the_compiled_proto(tmp_path: Path) -> None:
-    import grpc_tools  # noqa: F401  (in the test extra: the descriptor is compiled with it)
+def test_the_vendored_descriptors_are_the_compiled_protos(tmp_path: Path) -> None:
+    import grpc_tools  # noqa: F401  (in the test extra: the descriptors are compiled with it)
 
     from microbatch.grpc import messages
 
-    proto = messages.DESCRIPTOR_SET.parent / "open_inference_grpc.proto"
-    out = tmp_path / "compiled.binpb"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "grpc_tools.protoc",
-            f"-I{proto.parent}",
-            f"--descriptor_set_out={out}",
-            proto.name,
-        ],
-        check=True,
-    )
-    assert out.read_bytes() == messages.DESCRIPTOR_SET.read_bytes()
+    for descriptor in messages.DESCRIPTOR_SETS:
+        proto = descriptor.with_suffix(".proto")
+        out = tmp_path / descriptor.name
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "grpc_tools.protoc",
+                f"-I{proto.parent}",
+                f"--descriptor_set_out={out}",
+                proto.name,
+            ],
+            check=True,
+        )
+        assert out.read_bytes() == descriptor.read_bytes(), proto.name
 
 
 def test_typed_contents_instead_of_raw_bytes(server: Running) -> None:

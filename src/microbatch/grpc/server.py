@@ -2,8 +2,11 @@
 the HTTP app.
 
 ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata and ModelInfer of
-``inference.GRPCInferenceService``. A call's gRPC deadline (capped by the default
-timeout) becomes its items' deadline; the bearer token is the ``authorization``
+``inference.GRPCInferenceService``, and ModelStreamInfer, the protocol's streaming
+extension as Triton defines it (many requests on one call; a model that streams
+answers with one response per chunk: see :mod:`microbatch.grpc.stream_call`). A
+call's gRPC deadline and a request's ``timeout`` parameter (microseconds), capped by
+the default timeout, become its items' deadline; the bearer token is the ``authorization``
 metadata (``Bearer <token>``), required on every method but the health probes;
 messages are bounded by ``max_message_bytes``; errors map as
 :func:`~microbatch.grpc.status.grpc_status` says. With a tracer, each ModelInfer
@@ -17,7 +20,7 @@ import hmac
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +34,7 @@ from ..timing import Timing
 from ..types import deadline_from
 from .messages import SERVICE, message
 from .status import grpc_status
+from .stream_call import Send, serve_stream_call
 
 if TYPE_CHECKING:
     from ..tracing import Tracer
@@ -68,6 +72,10 @@ class GrpcConfig:
         auth_token: When set, every method but the health probes needs the
             ``authorization: Bearer <token>`` metadata.
         graceful_timeout_s: On shutdown, longest wait for calls in flight.
+        max_stream_requests: The most requests of one ModelStreamInfer call in
+            flight at once (the call is read no further until one ends).
+        max_stream_responses: The most responses of one ModelStreamInfer call
+            waiting to be sent (the requests making more wait).
 
     Raises:
         ValueError: A setting is out of range.
@@ -79,12 +87,16 @@ class GrpcConfig:
     default_timeout_s: float = 30.0
     auth_token: str | None = None
     graceful_timeout_s: float = 30.0
+    max_stream_requests: int = 1024
+    max_stream_responses: int = 256
 
     def __post_init__(self) -> None:
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise ValueError(f"port must be an int in 0..65535, got {self.port!r}")
-        if not isinstance(self.max_message_bytes, int) or self.max_message_bytes < 1:
-            raise ValueError(f"max_message_bytes must be an int >= 1, got {self.max_message_bytes}")
+        for name in ("max_message_bytes", "max_stream_requests", "max_stream_responses"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         for name in ("default_timeout_s", "graceful_timeout_s"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0 < value < math.inf:
@@ -194,19 +206,29 @@ class GrpcServer:
             )
             for name, (method, request, response, protected) in methods.items()
         }
+        handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
+            self._model_stream_infer,
+            request_deserializer=message("ModelInferRequest").FromString,
+            response_serializer=message("ModelStreamInferResponse").SerializeToString,
+        )
         return grpc.method_handlers_generic_handler(SERVICE, handlers)
+
+    async def _authorize(self, context: grpc.aio.ServicerContext) -> None:
+        """Abort the call (``UNAUTHENTICATED``) unless it has the token, when one is set."""
+        if self._authorization is not None:
+            given = dict(context.invocation_metadata() or ()).get("authorization", "")
+            if not hmac.compare_digest(str(given), self._authorization):
+                await context.abort(
+                    grpc.StatusCode.UNAUTHENTICATED,
+                    "a bearer token is required (authorization: Bearer <token>)",
+                )
 
     def _guarded(self, method: _Method, protected: bool) -> _Method:
         """``method`` behind the token (when ``protected``), its errors as statuses."""
 
         async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            if protected and self._authorization is not None:
-                given = dict(context.invocation_metadata() or ()).get("authorization", "")
-                if not hmac.compare_digest(str(given), self._authorization):
-                    await context.abort(
-                        grpc.StatusCode.UNAUTHENTICATED,
-                        "a bearer token is required (authorization: Bearer <token>)",
-                    )
+            if protected:
+                await self._authorize(context)
             try:
                 return await method(request, context)
             except Exception as error:
@@ -248,34 +270,108 @@ class GrpcServer:
         model = self._model(request.model_name)
         if self._draining:
             raise NotReady("the server is shutting down")
-        remaining = context.time_remaining()
-        timeout_s = self.config.default_timeout_s
-        if remaining is not None:
-            timeout_s = max(0.0, min(timeout_s, remaining))
-        deadline = deadline_from(timeout_s)
+        outputs = await self._infer(model, request, context)
+        return _reply(model.name, request.id, outputs)
+
+    async def _model_stream_infer(
+        self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:
+        await self._authorize(context)
+        if self._draining:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
+
+        async def answer(request: Any, send: Send) -> None:
+            await self._answer_streamed(request, context, send)
+
+        responses = serve_stream_call(
+            requests,
+            answer,
+            max_requests=self.config.max_stream_requests,
+            max_responses=self.config.max_stream_responses,
+        )
+        async for response in responses:
+            yield response
+
+    async def _answer_streamed(
+        self, request: Any, context: grpc.aio.ServicerContext, send: Send
+    ) -> None:
+        """Answer one request of a ModelStreamInfer call: one response, or one a
+        chunk for a model that streams (then an empty last one when the request asks
+        for it); its error as its last response."""
+        try:
+            model = self._model(request.model_name)
+            if self._draining:
+                raise NotReady("the server is shutting down")
+            if "sequence_id" in request.parameters:
+                raise TensorError("sequence batching (the sequence_id parameter) is not supported")
+            if not model.streams:
+                outputs = await self._infer(model, request, context)
+                await send(_streamed(_reply(model.name, request.id, outputs), final=True))
+                return
+            inputs = _input_tensors(request)
+            wanted = [output.name for output in request.outputs]
+            deadline = self._deadline(request, context)
+            async for tensors in model.stream(inputs, deadline=deadline, outputs=wanted):
+                await send(_streamed(_reply(model.name, request.id, tensors), final=False))
+            wants_end = request.parameters.get("triton_enable_empty_final_response")
+            if wants_end is not None and wants_end.bool_param:
+                await send(_streamed(_reply(model.name, request.id, []), final=True))
+        except Exception as error:
+            code, text = grpc_status(error)
+            if code == grpc.StatusCode.INTERNAL:
+                logger.error("gRPC stream request failed: %s", text, exc_info=error)
+            failed = _streamed(_reply(request.model_name, request.id, []), final=True)
+            failed.error_message = text
+            await send(failed)
+
+    async def _infer(
+        self, model: InferenceModel, request: Any, context: grpc.aio.ServicerContext
+    ) -> list[Tensor]:
+        """A ModelInfer request's output tensors (traced when there is a tracer)."""
+        deadline = self._deadline(request, context)
         inputs = _input_tensors(request)
         wanted = [output.name for output in request.outputs]
         tracer = self.tracer
         if tracer is None:
-            outputs = await model.infer(inputs, deadline=deadline, outputs=wanted)
-        else:
-            timing = Timing(time.monotonic(), told=False)
-            tracer.start_request(timing, "ModelInfer", _trace_headers(context))
-            infer = model.infer(inputs, deadline=deadline, outputs=wanted, timing=timing)
-            outputs = await tracer.traced(infer, timing)
-        reply = message("ModelInferResponse")(
-            model_name=model.name, model_version="1", id=request.id
-        )
-        for tensor in outputs:
-            reply.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
-            reply.raw_output_contents.append(to_raw(tensor))
-        return reply
+            return await model.infer(inputs, deadline=deadline, outputs=wanted)
+        timing = Timing(time.monotonic(), told=False)
+        tracer.start_request(timing, "ModelInfer", _trace_headers(context))
+        infer = model.infer(inputs, deadline=deadline, outputs=wanted, timing=timing)
+        outputs: list[Tensor] = await tracer.traced(infer, timing)
+        return outputs
+
+    def _deadline(self, request: Any, context: grpc.aio.ServicerContext) -> float | None:
+        """A request's deadline: the default timeout, or sooner the call's gRPC
+        deadline or the request's ``timeout`` parameter (microseconds, as Triton's)."""
+        timeout_s = self.config.default_timeout_s
+        remaining = context.time_remaining()
+        if remaining is not None:
+            timeout_s = max(0.0, min(timeout_s, remaining))
+        given = request.parameters.get("timeout")
+        if given is not None and given.int64_param > 0:
+            timeout_s = min(timeout_s, given.int64_param / 1e6)
+        return deadline_from(timeout_s)
 
     def _model(self, name: str) -> InferenceModel:
         model = self.models.get(name)
         if model is None:
             raise _UnknownModel(f"no model {name!r}; this server has {sorted(self.models)}")
         return model
+
+
+def _reply(model_name: str, request_id: str, outputs: list[Tensor]) -> Any:
+    """A ModelInferResponse of ``outputs`` (as raw contents)."""
+    reply = message("ModelInferResponse")(model_name=model_name, model_version="1", id=request_id)
+    for tensor in outputs:
+        reply.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+        reply.raw_output_contents.append(to_raw(tensor))
+    return reply
+
+
+def _streamed(reply: Any, *, final: bool) -> Any:
+    """``reply`` as a ModelStreamInfer response, saying whether it is its request's last."""
+    reply.parameters["triton_final_response"].bool_param = final
+    return message("ModelStreamInferResponse")(infer_response=reply)
 
 
 def _trace_headers(context: grpc.aio.ServicerContext) -> list[tuple[bytes, bytes]]:

@@ -1,0 +1,110 @@
+"""One ModelStreamInfer call's loop (``microbatch.grpc.stream_call``), with plain
+requests and answers: concurrency, its two bounds, its end, its errors, and the
+requests of a client that leaves."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from microbatch.grpc.stream_call import Send, serve_stream_call
+
+
+async def _requests(*items: Any, error: Exception | None = None) -> AsyncIterator[Any]:
+    for item in items:
+        yield item
+    if error is not None:
+        raise error
+
+
+async def test_each_request_is_answered_as_soon_as_it_is_ready() -> None:
+    async def answer(request: tuple[str, float], send: Send) -> None:
+        name, delay = request
+        await asyncio.sleep(delay)
+        await send(name)
+
+    call = serve_stream_call(
+        _requests(("slow", 0.05), ("fast", 0.0), ("middle", 0.02)),
+        answer,
+        max_requests=8,
+        max_responses=8,
+    )
+    assert [response async for response in call] == ["fast", "middle", "slow"]
+
+
+async def test_at_most_max_requests_are_in_flight() -> None:
+    inside = 0
+    most = 0
+
+    async def answer(request: int, send: Send) -> None:
+        nonlocal inside, most
+        inside += 1
+        most = max(most, inside)
+        await asyncio.sleep(0.001 * (request % 3))
+        inside -= 1
+        await send(request)
+
+    call = serve_stream_call(_requests(*range(40)), answer, max_requests=3, max_responses=100)
+    assert sorted([response async for response in call]) == list(range(40))
+    assert most == 3
+
+
+async def test_at_most_max_responses_wait_to_be_sent() -> None:
+    made = 0
+
+    async def answer(request: int, send: Send) -> None:
+        nonlocal made
+        for chunk in range(10):
+            await send((request, chunk))
+            made += 1
+
+    call = serve_stream_call(_requests(0, 1, 2), answer, max_requests=8, max_responses=4)
+    taken = []
+    async for response in call:
+        taken.append(response)
+        await asyncio.sleep(0)  # a slow client: the answers get every chance to run ahead
+        assert made - len(taken) <= 4
+    assert sorted(taken) == [(r, c) for r in range(3) for c in range(10)]
+    for request in range(3):  # each request's chunks in order
+        assert [c for r, c in taken if r == request] == list(range(10))
+
+
+async def test_an_error_reading_requests_ends_the_call_after_what_was_answered() -> None:
+    async def answer(request: int, send: Send) -> None:
+        await send(request)
+
+    call = serve_stream_call(
+        _requests(1, 2, error=ConnectionError("reset")), answer, max_requests=1, max_responses=8
+    )
+    taken = []
+    with pytest.raises(ConnectionError, match="reset"):
+        async for response in call:
+            taken.append(response)
+    assert taken == [1, 2]
+
+
+async def test_a_client_that_leaves_cancels_the_requests_in_flight() -> None:
+    cancelled: list[int] = []
+    started = asyncio.Event()
+
+    async def answer(request: int, send: Send) -> None:
+        if request == 0:
+            await send("first")
+            return
+        try:
+            started.set()
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.append(request)
+            raise
+
+    call = serve_stream_call(_requests(0, 1, 2), answer, max_requests=8, max_responses=8)
+    assert await anext(call) == "first"
+    await started.wait()
+    await asyncio.sleep(0)
+    await call.aclose()  # type: ignore[attr-defined]
+    await asyncio.sleep(0)
+    assert sorted(cancelled) == [1, 2]
