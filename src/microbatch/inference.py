@@ -120,6 +120,7 @@ class InferenceModel:
         self.name = servable.name
         self.inputs: Signature = signature_of(servable.input_type, "input")
         self.outputs: Signature = signature_of(servable.output_type, "output")
+        self._streaming = servable if isinstance(servable, StreamingServable) else None
 
     @property
     def ready(self) -> bool:
@@ -173,8 +174,7 @@ class InferenceModel:
     @property
     def streams(self) -> bool:
         """Its results come as streams of chunks: :meth:`stream`, not :meth:`infer`."""
-        servable = self.servable
-        return isinstance(servable, StreamingServable) and servable.can_stream()
+        return self._streaming is not None and self._streaming.can_stream()
 
     async def stream(
         self, inputs: Sequence[Tensor], *, deadline: float | None, outputs: Sequence[str] = ()
@@ -194,13 +194,12 @@ class InferenceModel:
             OutputMismatch: A chunk cannot be a tensor (500).
             MicrobatchError: What ``stream`` raises (overload, deadline, ...).
         """
-        servable = self.servable
-        if not isinstance(servable, StreamingServable):
+        if self._streaming is None:
             raise TypeError(f"model {self.name!r} does not stream")
         items = self.inputs.items(inputs)
         if len(items) != 1:
             raise TensorError(f"a model that streams takes one row a request, got {len(items)}")
-        chunks = servable.stream(items[0], deadline=deadline)
+        chunks = self._streaming.stream(items[0], deadline=deadline)
         async with contextlib.aclosing(chunks):  # type: ignore[type-var]
             async for chunk in chunks:
                 yield _chosen(chunk_tensors(chunk), outputs)
