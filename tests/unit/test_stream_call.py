@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from microbatch.grpc.stream_call import Send, serve_stream_call
 
@@ -108,3 +110,72 @@ async def test_a_client_that_leaves_cancels_the_requests_in_flight() -> None:
     await call.aclose()  # type: ignore[attr-defined]
     await asyncio.sleep(0)
     assert sorted(cancelled) == [1, 2]
+
+
+@st.composite
+def _calls(draw: st.DrawFn) -> tuple[list[tuple[int, int | None, int]], int, int, int | None]:
+    """Requests (chunks, the chunk it fails at or None, sleeps between chunks in
+    loop turns), the two bounds, and after how many responses the client leaves."""
+    requests = draw(
+        st.lists(
+            st.tuples(st.integers(0, 12), st.none() | st.integers(0, 12), st.integers(0, 3)),
+            max_size=12,
+        )
+    )
+    leaves = draw(st.none() | st.integers(0, 40))
+    return requests, draw(st.integers(1, 6)), draw(st.integers(1, 6)), leaves
+
+
+@given(_calls())
+@settings(max_examples=150, deadline=None)
+def test_every_request_gets_exactly_its_own_responses_and_one_end(
+    call: tuple[list[tuple[int, int | None, int]], int, int, int | None],
+) -> None:
+    requests, max_requests, max_responses, leaves = call
+
+    async def answer(request: int, send: Send) -> None:
+        chunks, fails_at, turns = requests[request]
+        try:
+            for position in range(chunks):
+                for _ in range(turns):
+                    await asyncio.sleep(0)
+                if position == fails_at:
+                    raise ValueError(f"{request} failed")
+                await send((request, "chunk", position))
+            await send((request, "end", None))
+        except ValueError as error:
+            await send((request, "error", str(error)))
+
+    async def run() -> tuple[list[Any], set[asyncio.Task[Any]]]:
+        before = asyncio.all_tasks()
+        responses = serve_stream_call(
+            _requests(*range(len(requests))),
+            answer,
+            max_requests=max_requests,
+            max_responses=max_responses,
+        )
+        taken: list[Any] = []
+        async for response in responses:
+            taken.append(response)
+            if leaves is not None and len(taken) >= leaves:
+                break
+        await responses.aclose()  # type: ignore[attr-defined]
+        for _ in range(3):
+            await asyncio.sleep(0)
+        ours = {  # the call's reader and answers (not the loop's generator finalizers)
+            task
+            for task in asyncio.all_tasks() - before
+            if "serve_stream_call" in getattr(task.get_coro(), "__qualname__", "")
+        }
+        return taken, {task for task in ours if not task.done()}
+
+    taken, left_running = asyncio.run(run())
+    assert not left_running
+    for request, (chunks, fails_at, _) in enumerate(requests):
+        own = [(kind, value) for r, kind, value in taken if r == request]
+        made = chunks if fails_at is None or fails_at >= chunks else fails_at
+        expected = [("chunk", position) for position in range(made)]
+        expected.append(("end", None) if made == chunks else ("error", f"{request} failed"))
+        assert own == expected[: len(own)]  # its own, in order, nothing after its end
+        if leaves is None:
+            assert own == expected  # a client that stays gets everything
