@@ -154,11 +154,17 @@ class InferenceModel:
             timing: The request's traced record (see :func:`submit_all`), or None.
 
         Raises:
-            TensorError: The inputs do not match the model (400), or an unknown
-                output is asked for.
+            TensorError: The inputs do not match the model (400), an unknown output
+                is asked for, or the model streams (as Triton refuses a decoupled
+                model's unary call: its chunks do not make one tensor a row).
             OutputMismatch: The results do not fit the declared outputs (500).
             MicrobatchError: What ``submit`` raises (overload, deadline, ...).
         """
+        if self.streams:
+            raise TensorError(
+                f"model {self.name!r} streams its results: ask with ModelStreamInfer"
+                " (gRPC) or on its HTTP stream route"
+            )
         declared = {spec.name for spec in self.outputs.specs}
         unknown = [name for name in outputs if declared and name not in declared]
         if self.outputs.open_spec is None and unknown:

@@ -248,3 +248,19 @@ def test_the_response_message_is_tritons(server: Running) -> None:
     theirs = [service_pb2.ModelStreamInferResponse.FromString(data) for data in raw]
     assert [response.infer_response.id for response in theirs] == ["raw", "raw"]
     assert [response.error_message for response in theirs] == ["", ""]
+
+
+def test_a_unary_call_to_a_model_that_streams_is_refused_with_the_way_to_stream(
+    server: Running,
+) -> None:
+    body = {"inputs": [{"name": "input", "datatype": "BYTES", "shape": [1, 1], "data": ["a:3"]}]}
+    reply = httpx.post(f"{server.url}/v2/models/counter/infer", json=body, timeout=HANG_GUARD_S)
+    assert reply.status_code == 400
+    assert "streams its results" in reply.json()["error"]
+    assert server.grpc is not None
+    client = grpcclient.InferenceServerClient(server.grpc)
+    with pytest.raises(InferenceServerException) as caught:
+        client.infer("counter", [_word("a:3")])
+    client.close()
+    assert caught.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "ModelStreamInfer" in caught.value.message()
