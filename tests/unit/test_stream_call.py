@@ -107,7 +107,7 @@ async def test_a_client_that_leaves_cancels_the_requests_in_flight() -> None:
     assert await anext(call) == "first"
     await started.wait()
     await asyncio.sleep(0)
-    await call.aclose()  # type: ignore[attr-defined]
+    await call.aclose()
     await asyncio.sleep(0)
     assert sorted(cancelled) == [1, 2]
 
@@ -159,7 +159,7 @@ def test_every_request_gets_exactly_its_own_responses_and_one_end(
             taken.append(response)
             if leaves is not None and len(taken) >= leaves:
                 break
-        await responses.aclose()  # type: ignore[attr-defined]
+        await responses.aclose()
         for _ in range(3):
             await asyncio.sleep(0)
         ours = {  # the call's reader and answers (not the loop's generator finalizers)

@@ -16,6 +16,7 @@ stage spans and batch links, as for HTTP (see :mod:`microbatch.tracing`).
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
 import math
@@ -289,8 +290,9 @@ class GrpcServer:
             max_requests=self.config.max_stream_requests,
             max_responses=self.config.max_stream_responses,
         )
-        async for response in responses:
-            yield response
+        async with contextlib.aclosing(responses):
+            async for response in responses:
+                yield response
 
     async def _answer_streamed(
         self, request: Any, context: grpc.aio.ServicerContext, send: Send

@@ -22,7 +22,7 @@ request's ``id``). The answers themselves are made by the server
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 __all__ = ["Answer", "Send", "serve_stream_call"]
@@ -41,7 +41,7 @@ async def serve_stream_call(
     *,
     max_requests: int,
     max_responses: int,
-) -> AsyncIterator[Any]:
+) -> AsyncGenerator[Any, None]:
     """The responses of one call, as they are made, until every request the client
     sent is answered.
 
