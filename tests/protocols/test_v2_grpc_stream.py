@@ -136,7 +136,7 @@ def test_a_failing_request_fails_alone_with_its_reason(server: Running) -> None:
     assert any("no model 'nobody'" in text for text in errors)
     assert any("sequence_id" in text for text in errors)
     answered = [result for result, error in got if error is None]
-    chunks = {result.get_response().id: [] for result in answered}
+    chunks: dict[str, list[str]] = {result.get_response().id: [] for result in answered}
     for result in answered:
         chunks[result.get_response().id] += _chunks(result)
     assert chunks == {"fails": ["bad-0", "bad-1"], "good": ["good-0", "good-1", "good-2"]}

@@ -174,7 +174,7 @@ def test_every_request_gets_exactly_its_own_responses_and_one_end(
     for request, (chunks, fails_at, _) in enumerate(requests):
         own = [(kind, value) for r, kind, value in taken if r == request]
         made = chunks if fails_at is None or fails_at >= chunks else fails_at
-        expected = [("chunk", position) for position in range(made)]
+        expected: list[tuple[str, Any]] = [("chunk", position) for position in range(made)]
         expected.append(("end", None) if made == chunks else ("error", f"{request} failed"))
         assert own == expected[: len(own)]  # its own, in order, nothing after its end
         if leaves is None:
