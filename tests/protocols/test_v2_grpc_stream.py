@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import signal
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -264,3 +265,39 @@ def test_a_unary_call_to_a_model_that_streams_is_refused_with_the_way_to_stream(
     client.close()
     assert caught.value.status() == "StatusCode.INVALID_ARGUMENT"
     assert "ModelStreamInfer" in caught.value.message()
+
+
+def _ready(address: str) -> bool:
+    probe = grpcclient.InferenceServerClient(address)
+    try:
+        return bool(probe.is_server_ready())
+    except InferenceServerException:  # no new call taken: draining
+        return False
+    finally:
+        probe.close()
+
+
+def test_sigterm_lets_open_streams_finish_and_refuses_new_requests() -> None:
+    with serving("tests.streams.served:slow", grpc=True, options=QUIET) as running:
+        assert running.grpc is not None
+        stream = Stream(running.grpc)
+        steps = grpcclient.InferInput("input", [1, 1], "INT64")
+        steps.set_data_from_numpy(np.array([[25]], dtype=np.int64))  # 25 steps of 20 ms
+        stream.send("slow", [steps], "open", enable_empty_final_response=True)
+        first = stream.take(1)
+        running.process.send_signal(signal.SIGTERM)
+        give_up = time.monotonic() + HANG_GUARD_S
+        while _ready(running.grpc):  # until the server drains (it takes no new call then)
+            assert time.monotonic() < give_up
+            time.sleep(0.01)
+        stream.send("slow", [steps], "late")
+        rest = stream.take(26)  # 24 chunks, the empty last response, the refusal
+        stream.close()
+        assert running.process.wait(HANG_GUARD_S) == 0
+    got = first + rest
+    refused = [str(error) for _, error in got if error is not None]
+    assert len(refused) == 1 and "shutting down" in refused[0]
+    opened = [result for result, error in got if error is None]
+    assert [result.get_response().id for result in opened] == ["open"] * 26
+    assert [int(result.as_numpy("output")[0, 0]) for result in opened[:25]] == list(range(25))
+    assert _final(opened[-1]) and opened[-1].as_numpy("output") is None
