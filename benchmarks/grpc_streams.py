@@ -31,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "servers"))
 from harness import ROOT, Contender, ensure_venv, free_port, machine, serving, versions
-from stream_client import StreamClient, http_stream
+from stream_client import http_run
 from stream_contenders import HttpContender
 from stream_report import summarise
 from streaming import lengths
@@ -115,29 +115,6 @@ async def grpc_run(address: str, work: list[int]) -> dict[str, Any]:
         return summarise(records, time.perf_counter() - started)
 
 
-async def http_run(address: tuple[str, int], work: list[int]) -> dict[str, Any]:
-    """Every length in ``work`` streamed over HTTP by ``CONCURRENCY`` clients, each
-    on one kept-alive connection."""
-    records: list[tuple[int, float, float, bool]] = []
-    queue = list(reversed(work))
-
-    async def client() -> None:
-        own = StreamClient(keep_alive=True)
-        at_start = True
-        try:
-            while queue:
-                length = queue.pop()
-                first, total, _ = await http_stream(address, SERVER, length, own)
-                records.append((length, first, total, at_start))
-                at_start = False
-        finally:
-            own.close()
-
-    started = time.perf_counter()
-    await asyncio.wait_for(asyncio.gather(*(client() for _ in range(CONCURRENCY))), GIVE_UP_S)
-    return summarise(records, time.perf_counter() - started)
-
-
 def _cpu_s(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -156,7 +133,7 @@ def main() -> None:
     with serving(SERVER.server, {}, log) as running:
         host, port = running.base.removeprefix("http://").rsplit(":", 1)
         asyncio.run(grpc_run(f"127.0.0.1:{GRPC_PORT}", [3] * 8))  # warm-up, both ways
-        asyncio.run(http_run((host, int(port)), [3] * 8))
+        asyncio.run(http_run((host, int(port)), SERVER, CONCURRENCY, [3] * 8, keep_alive=True))
         for round_ in range(args.rounds):
             work = lengths(args.streams * CONCURRENCY, seed=round_)
             for name in runs:
@@ -164,7 +141,8 @@ def main() -> None:
                 if name.startswith("gRPC"):
                     figures = asyncio.run(grpc_run(f"127.0.0.1:{GRPC_PORT}", work))
                 else:
-                    figures = asyncio.run(http_run((host, int(port)), work))
+                    http = http_run((host, int(port)), SERVER, CONCURRENCY, work, keep_alive=True)
+                    figures = asyncio.run(asyncio.wait_for(http, GIVE_UP_S))
                 cpu = _cpu_s(running.process.pid) - before
                 figures["server_cpu_us_per_chunk"] = 1e6 * cpu / figures["chunks"]
                 runs[name].append(figures)
