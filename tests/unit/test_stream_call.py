@@ -5,14 +5,21 @@ requests of a client that leaves."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from microbatch.grpc.stream_call import Send, serve_stream_call
+from microbatch.grpc.stream_call import Answer, Send, StreamCall
+
+
+def serve_stream_call(
+    requests: AsyncIterator[Any], answer: Answer, *, max_requests: int, max_responses: int
+) -> AsyncGenerator[Any, None]:
+    call = StreamCall(answer, max_requests=max_requests, max_responses=max_responses)
+    return call.responses(requests)
 
 
 async def _requests(*items: Any, error: Exception | None = None) -> AsyncIterator[Any]:
@@ -165,7 +172,7 @@ def test_every_request_gets_exactly_its_own_responses_and_one_end(
         ours = {  # the call's reader and answers (not the loop's generator finalizers)
             task
             for task in asyncio.all_tasks() - before
-            if "serve_stream_call" in getattr(task.get_coro(), "__qualname__", "")
+            if "StreamCall" in getattr(task.get_coro(), "__qualname__", "")
         }
         return taken, {task for task in ours if not task.done()}
 

@@ -35,7 +35,7 @@ from ..timing import Timing
 from ..types import deadline_from
 from .messages import SERVICE, message
 from .status import grpc_status
-from .stream_call import Send, serve_stream_call
+from .stream_call import Send, StreamCall
 
 if TYPE_CHECKING:
     from ..tracing import Tracer
@@ -284,12 +284,15 @@ class GrpcServer:
         async def answer(request: Any, send: Send) -> None:
             await self._answer_streamed(request, context, send)
 
-        responses = serve_stream_call(
-            requests,
+        call = StreamCall(
             answer,
             max_requests=self.config.max_stream_requests,
             max_responses=self.config.max_stream_responses,
         )
+        # the call's end (a client that left, a deadline) cancels what is in flight
+        # at once, whether or not grpc.aio closes this generator
+        context.add_done_callback(lambda _: call.cancel())
+        responses = call.responses(requests)
         async with contextlib.aclosing(responses):
             async for response in responses:
                 yield response

@@ -25,7 +25,7 @@ import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
-__all__ = ["Answer", "Send", "serve_stream_call"]
+__all__ = ["Answer", "Send", "StreamCall"]
 
 Send = Callable[[Any], Awaitable[None]]
 """Sends one response on the call (waits while ``max_responses`` are waiting)."""
@@ -35,65 +35,73 @@ Answer = Callable[[Any, Send], Awaitable[None]]
 error is a response too)."""
 
 
-async def serve_stream_call(
-    requests: AsyncIterator[Any],
-    answer: Answer,
-    *,
-    max_requests: int,
-    max_responses: int,
-) -> AsyncGenerator[Any, None]:
-    """The responses of one call, as they are made, until every request the client
-    sent is answered.
+class StreamCall:
+    """One call's requests in, its responses out (see the module's docstring).
 
     Args:
-        requests: The call's requests (``grpc.aio``'s request iterator).
         answer: Answers one request (see :data:`Answer`).
         max_requests: The most requests of this call in flight at once.
         max_responses: The most responses waiting to be sent.
-
-    Raises:
-        Exception: What reading the requests raised (after the responses before it).
     """
-    outbox: asyncio.Queue[Any] = asyncio.Queue()
-    room = asyncio.Semaphore(max_responses)
-    slots = asyncio.Semaphore(max_requests)
-    running: set[asyncio.Task[None]] = set()
 
-    async def send(response: Any) -> None:
-        await room.acquire()
-        outbox.put_nowait(response)
+    def __init__(self, answer: Answer, *, max_requests: int, max_responses: int) -> None:
+        self._answer = answer
+        self._outbox: asyncio.Queue[Any] = asyncio.Queue()
+        self._room = asyncio.Semaphore(max_responses)
+        self._slots = asyncio.Semaphore(max_requests)
+        self._running: set[asyncio.Task[None]] = set()
+        self._reader: asyncio.Task[None] | None = None
 
-    async def one(request: Any) -> None:
+    async def responses(self, requests: AsyncIterator[Any]) -> AsyncGenerator[Any, None]:
+        """The responses, as they are made, until every request the client sent
+        (``requests``: ``grpc.aio``'s request iterator) is answered; closing it
+        cancels what is in flight.
+
+        Raises:
+            Exception: What reading the requests raised (after the responses before it).
+        """
+        self._reader = reader = asyncio.create_task(self._read(requests))
+        reader.add_done_callback(self._read_ended)
         try:
-            await answer(request, send)
+            while not isinstance(response := await self._outbox.get(), _Ended):
+                self._room.release()
+                yield response
+            if response.error is not None:
+                raise response.error
         finally:
-            slots.release()
+            self.cancel()
 
-    async def read() -> None:
+    def cancel(self) -> None:
+        """Cancel the reading and every request in flight (the call ended: its
+        client left, or its deadline passed). Called again, it does nothing more."""
+        if self._reader is not None:
+            self._reader.cancel()
+        for task in list(self._running):
+            task.cancel()
+
+    async def _send(self, response: Any) -> None:
+        await self._room.acquire()
+        self._outbox.put_nowait(response)
+
+    async def _one(self, request: Any) -> None:
+        try:
+            await self._answer(request, self._send)
+        finally:
+            self._slots.release()
+
+    async def _read(self, requests: AsyncIterator[Any]) -> None:
+        running = self._running
         async for request in requests:
-            await slots.acquire()
-            task = asyncio.create_task(one(request))
+            await self._slots.acquire()
+            task = asyncio.create_task(self._one(request))
             running.add(task)
             task.add_done_callback(running.discard)
         while running:
             await asyncio.wait(set(running))
 
-    def read_ended(task: asyncio.Task[None]) -> None:
-        if not task.cancelled():
-            outbox.put_nowait(_Ended(task.exception()))
-
-    reader = asyncio.create_task(read())
-    reader.add_done_callback(read_ended)
-    try:
-        while not isinstance(response := await outbox.get(), _Ended):
-            room.release()
-            yield response
-        if response.error is not None:
-            raise response.error
-    finally:
-        reader.cancel()
-        for task in list(running):
-            task.cancel()
+    def _read_ended(self, reader: asyncio.Task[None]) -> None:
+        if not reader.cancelled():
+            self._outbox.put_nowait(_Ended(reader.exception()))
 
 
 class _Ended:
