@@ -12,7 +12,8 @@ request's ``id``). The answers themselves are made by the server
 * **Bounded**: at most ``max_requests`` requests of a call in flight (the call is
   not read further until one ends, and gRPC's flow control then holds the client
   back), and at most ``max_responses`` responses waiting to be sent (the requests
-  making more wait: a stream's item waits at its next chunk).
+  making more wait, and a stream's chunks meanwhile wait in its stream, up to the
+  stage's ``max_buffered_chunks``).
 * **Ends cleanly**: when the client has sent its last request, the call ends once
   every request is answered. A client that leaves, or a call past its deadline,
   cancels the requests in flight: their items are withdrawn (a stream's at its
