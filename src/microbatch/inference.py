@@ -14,13 +14,16 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import MicrobatchError
 from .signature import Signature, field_values, signature_of
 from .tensors import Tensor, TensorError
 from .timing import Timing, accepts_timing
 from .types import Servable, StreamingServable
+
+if TYPE_CHECKING:
+    from .tracing import TracedStream
 
 __all__ = [
     "InferenceModel",
@@ -183,7 +186,12 @@ class InferenceModel:
         return self._streaming is not None and self._streaming.can_stream()
 
     async def stream(
-        self, inputs: Sequence[Tensor], *, deadline: float | None, outputs: Sequence[str] = ()
+        self,
+        inputs: Sequence[Tensor],
+        *,
+        deadline: float | None,
+        outputs: Sequence[str] = (),
+        traced: TracedStream | None = None,
     ) -> AsyncIterator[list[Tensor]]:
         """The one row of ``inputs`` as one item; each chunk of its stream as output
         tensors (see :func:`chunk_tensors`) as it comes. Leaving the iteration early
@@ -193,6 +201,7 @@ class InferenceModel:
             inputs: The input tensors, of one row.
             deadline: The whole stream's deadline (``time.monotonic()``), or None.
             outputs: The outputs wanted, by name (empty: all).
+            traced: The request's span (see :mod:`microbatch.tracing`), or None.
 
         Raises:
             TensorError: The inputs do not match the model or have more than one
@@ -205,7 +214,11 @@ class InferenceModel:
         items = self.inputs.items(inputs)
         if len(items) != 1:
             raise TensorError(f"a model that streams takes one row a request, got {len(items)}")
-        chunks = self._streaming.stream(items[0], deadline=deadline)
+        stream = self._streaming.stream
+        if traced is None:
+            chunks = stream(items[0], deadline=deadline)
+        else:
+            chunks = traced.open(stream, items[0], deadline=deadline)
         async with contextlib.aclosing(chunks):  # type: ignore[type-var]
             async for chunk in chunks:
                 yield _chosen(chunk_tensors(chunk), outputs)

@@ -148,10 +148,14 @@ class Tracer:
         span.end()
 
     def stream_span(self, path: str, headers: Sequence[tuple[bytes, bytes]]) -> TracedStream:
-        """A span for one stream (``POST <path>``), a child of its ``traceparent``,
-        started now; :meth:`TracedStream.open` opens the stream under it."""
+        """A span for one stream over HTTP (``POST <path>``): see :meth:`named_stream_span`."""
+        return self.named_stream_span("POST " + path, headers)
+
+    def named_stream_span(self, name: str, headers: Sequence[tuple[bytes, bytes]]) -> TracedStream:
+        """A span ``name`` for one stream, a child of the ``traceparent`` in
+        ``headers``, started now; :meth:`TracedStream.open` opens the stream under it."""
         timing = Timing(time.monotonic(), told=False)
-        self.start_request(timing, "POST " + path, headers)
+        self.start_request(timing, name, headers)
         return TracedStream(self, timing)
 
     def batch(

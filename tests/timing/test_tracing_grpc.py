@@ -114,3 +114,46 @@ async def test_a_failed_call_ends_its_span_with_the_error(exporter: InMemorySpan
     assert caught.value.code() == grpc.StatusCode.INTERNAL
     (call,) = [span for span in exporter.get_finished_spans() if span.name == "ModelInfer"]
     assert not call.status.is_ok and call.parent is not None
+
+
+async def test_each_stream_request_is_a_span_with_its_chunks(
+    exporter: InMemorySpanExporter,
+) -> None:
+    from microbatch import Service, Stage
+    from tests.streams.models import Counter
+
+    service = Service(Stage(Counter, mode="thread", max_batch_size=4), name="counter")
+    header, trace_id, parent_id = traceparent(7)
+    async with service:
+        server = GrpcServer(
+            {"counter": InferenceModel(service)}, GrpcConfig(port=0), tracer=tracer_to(exporter)
+        )
+        port = await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                call = channel.stream_stream(
+                    f"/{SERVICE}/ModelStreamInfer",
+                    request_serializer=lambda m: m.SerializeToString(),
+                    response_deserializer=message("ModelStreamInferResponse").FromString,
+                )(metadata=(("traceparent", header),))
+                for text in ("a:3", "b:2"):
+                    request = message("ModelInferRequest")(model_name="counter", id=text)
+                    given = request.inputs.add(name="input", datatype="BYTES", shape=[1, 1])
+                    given.contents.bytes_contents.append(text.encode())
+                    await call.write(request)
+                await call.done_writing()
+                responses = await asyncio.wait_for(_all(call), HANG_GUARD_S)
+        finally:
+            await server.stop()
+    assert sorted(r.infer_response.id for r in responses) == ["a:3"] * 3 + ["b:2"] * 2
+    streams = [span for span in exporter.get_finished_spans() if span.name == "ModelStreamInfer"]
+    assert len(streams) == 2
+    for span in streams:
+        assert span.context.trace_id == trace_id
+        assert span.parent is not None and span.parent.span_id == parent_id
+    chunks = sorted(span.attributes["microbatch.stream.chunks"] for span in streams)  # type: ignore[index]
+    assert chunks == [2, 3]
+
+
+async def _all(call: object) -> list[object]:
+    return [response async for response in call]  # type: ignore[attr-defined]

@@ -11,7 +11,9 @@ metadata (``Bearer <token>``), required on every method but the health probes;
 messages are bounded by ``max_message_bytes``; errors map as
 :func:`~microbatch.grpc.status.grpc_status` says. With a tracer, each ModelInfer
 call is a span (a child of the W3C ``traceparent`` in its metadata) over its items'
-stage spans and batch links, as for HTTP (see :mod:`microbatch.tracing`).
+stage spans and batch links, as for HTTP (see :mod:`microbatch.tracing`), and each
+request of a ModelStreamInfer call a ``ModelStreamInfer`` span (a stream's with its
+chunk count, as an HTTP stream's).
 """
 
 from __future__ import annotations
@@ -310,13 +312,18 @@ class GrpcServer:
             if "sequence_id" in request.parameters:
                 raise TensorError("sequence batching (the sequence_id parameter) is not supported")
             if not model.streams:
-                outputs = await self._infer(model, request, context)
+                outputs = await self._infer(model, request, context, "ModelStreamInfer")
                 await send(_streamed(_reply(model.name, request.id, outputs), final=True))
                 return
             inputs = _input_tensors(request)
             wanted = [output.name for output in request.outputs]
             deadline = self._deadline(request, context)
-            async for tensors in model.stream(inputs, deadline=deadline, outputs=wanted):
+            traced = None
+            if self.tracer is not None:
+                headers = _trace_headers(context)
+                traced = self.tracer.named_stream_span("ModelStreamInfer", headers)
+            chunks = model.stream(inputs, deadline=deadline, outputs=wanted, traced=traced)
+            async for tensors in chunks:
                 await send(_streamed(_reply(model.name, request.id, tensors), final=False))
             wants_end = request.parameters.get("triton_enable_empty_final_response")
             if wants_end is not None and wants_end.bool_param:
@@ -330,9 +337,13 @@ class GrpcServer:
             await send(failed)
 
     async def _infer(
-        self, model: InferenceModel, request: Any, context: grpc.aio.ServicerContext
+        self,
+        model: InferenceModel,
+        request: Any,
+        context: grpc.aio.ServicerContext,
+        span_name: str = "ModelInfer",
     ) -> list[Tensor]:
-        """A ModelInfer request's output tensors (traced when there is a tracer)."""
+        """A request's output tensors (a span ``span_name`` when there is a tracer)."""
         deadline = self._deadline(request, context)
         inputs = _input_tensors(request)
         wanted = [output.name for output in request.outputs]
@@ -340,7 +351,7 @@ class GrpcServer:
         if tracer is None:
             return await model.infer(inputs, deadline=deadline, outputs=wanted)
         timing = Timing(time.monotonic(), told=False)
-        tracer.start_request(timing, "ModelInfer", _trace_headers(context))
+        tracer.start_request(timing, span_name, _trace_headers(context))
         infer = model.infer(inputs, deadline=deadline, outputs=wanted, timing=timing)
         outputs: list[Tensor] = await tracer.traced(infer, timing)
         return outputs
