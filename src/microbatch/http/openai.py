@@ -13,7 +13,6 @@ those of ``/predict``. Errors have OpenAI's shape:
 from __future__ import annotations
 
 import base64
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -26,6 +25,7 @@ from ..inference import submit_all
 from ..signature import field_values, record_fields
 from ..types import Servable, deadline_from
 from .asgi import Receive, Scope, Send, send_response
+from .openai_errors import OpenAIError, send_error
 from .routing import (
     CLIENT_CLOSED,
     ClientGone,
@@ -35,8 +35,6 @@ from .routing import (
     admitted_body,
     until_disconnect,
 )
-from .server_timing import note_error
-from .status import error_reply
 
 __all__ = [
     "EMBEDDING_MODEL_ATTRIBUTE",
@@ -44,8 +42,6 @@ __all__ = [
     "embedding_model_of",
     "embedding_routes",
 ]
-
-logger = logging.getLogger("microbatch.http")
 
 EMBEDDING_MODEL_ATTRIBUTE = "embedding_model"
 """The attribute of a servable that declares it an embedding model."""
@@ -95,19 +91,6 @@ class EmbeddingModel:
             made.no_padding()  # count each text's own tokens, all of them
             made.no_truncation()
         return made
-
-
-class OpenAIError(Exception):
-    """An error OpenAI's way: its status, type, code and parameter."""
-
-    def __init__(
-        self, status: int, message: str, *, code: str | None = None, param: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.http_status = status
-        self.message = message
-        self.code = code
-        self.param = param
 
 
 class _Request(msgspec.Struct):
@@ -214,7 +197,7 @@ def _embeddings(host: RouteHost, embedders: Mapping[str, _Embedder]) -> Handler:
         except ClientGone:
             return CLIENT_CLOSED
         except Exception as error:
-            return await _send_error(send, error)
+            return await send_error(send, error, "embeddings")
         await send_response(send, 200, reply, _JSON)
         return 200
 
@@ -326,24 +309,3 @@ def _reply(request: _Request, results: list[Any], tokens: int) -> bytes:
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
     )
-
-
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error"}
-
-
-async def _send_error(send: Send, error: BaseException) -> int:
-    """Send the error in OpenAI's shape, with the status of :mod:`microbatch.http.status`."""
-    if isinstance(error, OpenAIError):
-        status, message, code, param = error.http_status, error.message, error.code, error.param
-        headers: list[tuple[bytes, bytes]] = []
-    else:
-        reply = error_reply(error)
-        status, message, code, param = reply.status, reply.message, reply.error, None
-        headers = reply.headers
-        if status >= 500 and status not in (503, 504):
-            logger.error("embeddings failed: %s", message, exc_info=error)
-    kind = _TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
-    note_error(code or kind)  # its Server-Timing names it
-    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
-    await send_response(send, status, _encode(body), _JSON, headers)
-    return status
