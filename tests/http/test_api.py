@@ -12,6 +12,7 @@ from . import models
 
 def test_the_public_api_is_pinned() -> None:
     assert sorted(microbatch.http.__all__) == [
+        "CompletionModel",
         "EmbeddingModel",
         "HttpApp",
         "HttpConfig",

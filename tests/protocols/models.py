@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
 import numpy.typing as npt
 
 import microbatch
-from microbatch.http import EmbeddingModel
+from microbatch.http import CompletionModel, EmbeddingModel
 
 
 class Point(msgspec.Struct):
@@ -107,3 +109,42 @@ async def embed_words(texts: list[str]) -> list[list[float]]:
 
 
 embed_words.embedding_model = EmbeddingModel()  # type: ignore[attr-defined]
+
+
+class Spell(msgspec.Struct, frozen=True):
+    """What :class:`Speller` spells: its prompt, round and round, ``max_tokens`` long."""
+
+    prompt: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    max_tokens: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 16
+    temperature: float = 1.0
+
+
+class Speller(microbatch.StepModel):
+    """Spells each prompt back a character a step, round and round, until its
+    ``max_tokens``: exact text to test against. A ``"!"`` fails its item when its turn
+    comes; a ``"~"`` makes its step take 0.2 s."""
+
+    def start(self, items: list[Spell]) -> list[list[Any]]:
+        return [[item.prompt, item.max_tokens, 0] for item in items]
+
+    def step(self, states: list[list[Any]]) -> tuple[list[str], list[bool]]:
+        chars = [prompt[made % len(prompt)] for prompt, _, made in states]
+        if "!" in chars:  # before any state moves on: the step is bisected
+            raise microbatch.ItemError("the prompt spelled a '!'")
+        if "~" in chars:
+            time.sleep(0.2)
+        for state in states:
+            state[2] += 1
+        return chars, [made >= length for _, length, made in states]
+
+
+spell = microbatch.Service(
+    microbatch.Stage(Speller, mode="thread", max_batch_size=16), name="spell"
+)
+spell.completion_model = CompletionModel(count_tokens=len)  # type: ignore[attr-defined]
+
+spell_one = microbatch.Service(
+    microbatch.Stage(Speller, mode="thread", max_batch_size=1), name="spell_one"
+)
+"""One item at a time: a stream that is not left holds up every other."""
+spell_one.completion_model = CompletionModel(name="spell-one")  # type: ignore[attr-defined]

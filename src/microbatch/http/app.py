@@ -32,7 +32,7 @@ from .config import HttpConfig
 from .error_log import RepeatedErrorLog
 from .inference_v2 import v2_routes
 from .metrics import HttpMetrics
-from .openai import embedding_routes
+from .openai_routes import openai_routes
 from .predict import (
     TIMEOUT_HEADER,
     Predictor,
@@ -126,12 +126,12 @@ class HttpApp:
             handler = partial(self._stream, path=_stream_path(stage_route))
             self._routes[_stream_path(stage_route)] = ("POST", handler, True)
         self._routes.update(v2_routes(self, {target.name: InferenceModel(target)}))
-        embeddings = embedding_routes(self, {target.name: target})
-        self._routes.update(embeddings)
+        openai = openai_routes(self, {target.name: target})
+        self._routes.update(openai)
         add_protocol_operations(
             self.openapi,
             v2_models=[target.name],
-            embeddings=bool(embeddings),
+            embeddings="/v1/embeddings" in openai,
             auth=self.config.auth_token is not None,
         )
         self._openapi_body = msgspec.json.encode(self.openapi)

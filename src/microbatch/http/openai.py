@@ -1,4 +1,5 @@
-"""OpenAI-compatible embeddings: ``POST /v1/embeddings`` and ``GET /v1/models``.
+"""OpenAI-compatible embeddings: ``POST /v1/embeddings`` (``GET /v1/models`` lists
+them, see :mod:`.openai_routes`).
 
 Served for the services that declare themselves embedding models: their
 ``embedding_model`` attribute is an :class:`EmbeddingModel`. A service's item is
@@ -120,7 +121,7 @@ class _Embedder:
 
 
 def embedding_routes(host: RouteHost, servables: Mapping[str, Servable[Any, Any]]) -> RouteTable:
-    """``/v1/embeddings`` and ``/v1/models`` for those of ``servables`` (by name)
+    """``/v1/embeddings`` for those of ``servables`` (by name)
     that declare an :class:`EmbeddingModel`; no routes when none does.
 
     Raises:
@@ -134,23 +135,8 @@ def embedding_routes(host: RouteHost, servables: Mapping[str, Servable[Any, Any]
     }
     if not embedders:
         return {}
-    listing = _encode(
-        {
-            "object": "list",
-            "data": [
-                {"id": name, "object": "model", "created": 0, "owned_by": "microbatch"}
-                for name in embedders
-            ],
-        }
-    )
-
-    async def models(scope: Scope, receive: Receive, send: Send) -> int:
-        await send_response(send, 200, listing, _JSON)
-        return 200
-
     return {
         "/v1/embeddings": ("POST", _embeddings(host, embedders), True),
-        "/v1/models": ("GET", models, True),
     }
 
 

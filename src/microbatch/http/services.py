@@ -7,8 +7,11 @@
   ``/openapi.json`` and ``/docs``), the path less its ``/{name}`` prefix;
 * ``/v2/...``: the Open Inference Protocol v2 for every service
   (``/v2/models/{name}/...``);
-* ``/v1/embeddings`` and ``/v1/models`` for the services that declare an
-  :class:`~microbatch.http.EmbeddingModel` (the request's ``model`` picks one);
+* ``/v1/embeddings`` for the services that declare an
+  :class:`~microbatch.http.EmbeddingModel`, ``/v1/completions`` and
+  ``/v1/chat/completions`` for those that declare a
+  :class:`~microbatch.http.CompletionModel` (the request's ``model`` picks one), and
+  ``/v1/models`` listing them;
 * ``/health/live``, and ``/health/ready``: 200 when every service is ready;
 * ``/metrics``: every service's metrics with a ``service`` label (the shared routes'
   requests with ``service="*"``), the process's own once.
@@ -32,7 +35,7 @@ from .bearer import authorize, expected_authorization
 from .codecs import JSON
 from .config import HttpConfig
 from .inference_v2 import v2_routes
-from .openai import embedding_routes
+from .openai_routes import openai_routes
 from .predict import Predictor
 from .request_body import ClientDisconnected
 from .routing import CLIENT_CLOSED, RouteTable
@@ -77,7 +80,7 @@ class Services:
             "/health/ready": ("GET", self._ready, False),
             "/metrics": ("GET", self._metrics, True),
             **v2_routes(self, models),
-            **embedding_routes(self, {name: app.servable for name, app in self.apps.items()}),
+            **openai_routes(self, {name: app.servable for name, app in self.apps.items()}),
         }
 
     def native_predictors(self) -> dict[str, Predictor]:

@@ -1,0 +1,290 @@
+"""OpenAI-compatible text generation: ``POST /v1/completions`` and
+``POST /v1/chat/completions``.
+
+Served for the services that declare themselves text generators: their
+``completion_model`` attribute is a :class:`CompletionModel`, and their model
+streams (a ``StepModel`` or a generator ``predict``). Each prompt (each of a list,
+``n`` times each) is one stream of the service, all opened at once and batched with
+everyone else's; each chunk is a piece of text. With ``"stream": true`` the pieces go
+out as Server-Sent Events the moment they are made (``data: {json}``, then
+``data: [DONE]``); else they are joined into one answer. A stop sequence ends the
+text before it and leaves the stream at once: the model stops working on it at its
+next step. A request's deadline, token, limits and overload answers are those of
+``/stream``; errors have OpenAI's shape (see :mod:`.openai_errors`), and an error
+after the first chunk is the stream's last event.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+import typing
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Annotated, Any
+
+import msgspec
+
+from ..signature import record_fields
+from ..types import Servable, StreamingServable, deadline_from
+from .asgi import Receive, Scope, Send, header, send_response
+from .completion_answers import OPENAI_SSE, Answer, whole_answer
+from .completion_choices import Choices, leave
+from .completion_requests import Asked, ChatMessage, chat_asked, completion_asked
+from .openai_errors import OpenAIError, param_of, send_error
+from .request_body import ClientDisconnected
+from .routing import (
+    CLIENT_CLOSED,
+    ClientGone,
+    Handler,
+    RouteHost,
+    RouteTable,
+    admitted_body,
+    until_disconnect,
+)
+from .server_timing import noted
+from .streams import FIRST_CHUNK_TIMEOUT_HEADER, first_chunk_timeout_from, send_stream
+
+__all__ = [
+    "COMPLETION_MODEL_ATTRIBUTE",
+    "ChatMessage",
+    "CompletionModel",
+    "Generation",
+    "completion_model_names",
+    "completion_model_of",
+    "completion_routes",
+    "count_words",
+    "plain_chat_template",
+]
+
+COMPLETION_MODEL_ATTRIBUTE = "completion_model"
+"""The attribute of a servable that declares it a text generator."""
+
+_JSON = b"application/json"
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What a request asks of one item: the prompt to go on from, and the bounds it
+    gave (None: not given)."""
+
+    prompt: str
+    max_tokens: int | None
+    temperature: float | None
+
+
+def plain_chat_template(messages: Sequence[ChatMessage]) -> str:
+    """The default chat prompt: one line ``role: content`` per message, then
+    ``assistant:`` for the model to go on from."""
+    return "".join(f"{message.role}: {message.content}\n" for message in messages) + "assistant:"
+
+
+def count_words(text: str) -> int:
+    """The default prompt-token count: whitespace-separated words."""
+    return len(text.split())
+
+
+@dataclass(frozen=True)
+class CompletionModel:
+    """Declares a streaming servable a text generator: set it as the servable's
+    ``completion_model`` attribute, and ``/v1/completions`` and
+    ``/v1/chat/completions`` serve it.
+
+    Args:
+        name: The ``model`` clients ask for (default: the servable's name).
+        item: Builds the servable's item from a :class:`Generation`. Default: the
+            item type is ``str`` (the prompt), or a record with a ``str`` field
+            ``prompt`` and, if it has them, ``max_tokens`` and ``temperature``
+            (those the request gives; the record validates them: its limits are
+            400s).
+        chunk_text: A chunk's text (default ``str``).
+        chat_template: A chat's prompt from its messages (default
+            :func:`plain_chat_template`).
+        count_tokens: Counts a prompt's tokens for ``usage`` (default
+            :func:`count_words`); a completion's tokens are its chunks.
+
+    Raises:
+        ValueError: ``name`` is empty.
+    """
+
+    name: str | None = None
+    item: Callable[[Generation], Any] | None = None
+    chunk_text: Callable[[Any], str] = str
+    chat_template: Callable[[Sequence[ChatMessage]], str] = plain_chat_template
+    count_tokens: Callable[[str], int] = count_words
+
+    def __post_init__(self) -> None:
+        if self.name is not None and not self.name:
+            raise ValueError("a completion model's name must not be empty")
+
+
+def completion_model_of(servable: Servable[Any, Any]) -> CompletionModel | None:
+    """The servable's :class:`CompletionModel` declaration, or None."""
+    declared = getattr(servable, COMPLETION_MODEL_ATTRIBUTE, None)
+    return declared if isinstance(declared, CompletionModel) else None
+
+
+# -- generating -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Generator:
+    """One text-generating servable: how a prompt becomes its item, a chunk text."""
+
+    servable: StreamingServable[Any, Any]
+    declared: CompletionModel
+    make_item: Callable[[Generation], Any]
+
+    def items(self, asked: Asked) -> list[Any]:
+        """The items of every choice, in the order of their index (400 for one its
+        item type refuses)."""
+        items = []
+        for prompt in asked.prompts:
+            try:
+                item = self.make_item(Generation(prompt, asked.max_tokens, asked.temperature))
+            except (msgspec.ValidationError, ValueError) as error:
+                message = str(error)
+                raise OpenAIError(400, message, param=param_of(message)) from None
+            items += [item] * asked.n
+        return items
+
+    async def open(self, items: list[Any], deadline: float | None, first: float | None) -> Choices:
+        """Open one stream per item (none, if one is refused: overload is 503)."""
+        streams: list[AsyncIterator[Any]] = []
+        try:
+            for item in items:
+                streams.append(
+                    self.servable.stream(item, deadline=deadline, first_chunk_deadline=first)
+                )
+        except BaseException:
+            for stream in streams:
+                await leave(stream)
+            raise
+        return Choices(streams, self.declared.chunk_text)
+
+
+# -- routes -----------------------------------------------------------------------
+
+
+def completion_routes(host: RouteHost, servables: Mapping[str, Servable[Any, Any]]) -> RouteTable:
+    """``/v1/completions`` and ``/v1/chat/completions`` for those of ``servables``
+    that declare a :class:`CompletionModel`; no routes when none does.
+
+    Raises:
+        TypeError: A declared text generator does not stream, or its item cannot
+            be built from a prompt (no ``item``, and its item type is neither
+            ``str`` nor a record with a ``str`` field ``prompt``).
+        ValueError: Two text generators have the same name.
+    """
+    generators: dict[str, _Generator] = {}
+    for servable in servables.values():
+        declared = completion_model_of(servable)
+        if declared is None:
+            continue
+        name = declared.name or servable.name
+        if name in generators:
+            raise ValueError(f"two completion models are named {name!r}")
+        generators[name] = _generator(servable, declared)
+    if not generators:
+        return {}
+    return {
+        "/v1/completions": ("POST", _route(host, generators, chat=False), True),
+        "/v1/chat/completions": ("POST", _route(host, generators, chat=True), True),
+    }
+
+
+def completion_model_names(servables: Mapping[str, Servable[Any, Any]]) -> list[str]:
+    """The ``model`` names of the text generators among ``servables``."""
+    return [
+        declared.name or servable.name
+        for servable in servables.values()
+        if (declared := completion_model_of(servable)) is not None
+    ]
+
+
+def _generator(servable: Servable[Any, Any], declared: CompletionModel) -> _Generator:
+    if not isinstance(servable, StreamingServable) or not servable.can_stream(None):
+        raise TypeError(
+            f"completion model {servable.name!r} does not stream: its model must be a "
+            "StepModel or have a generator predict()"
+        )
+    if declared.item is not None:
+        return _Generator(servable, declared, declared.item)
+    item_type = servable.input_type
+    if item_type is str:
+        return _Generator(servable, declared, lambda asked: asked.prompt)
+    fields = {name: _bare(hint) for name, hint, _ in record_fields(item_type) or []}
+    if fields.get("prompt") is not str:
+        raise TypeError(
+            f"completion model {servable.name!r}: its item type must be str or a record "
+            f"with a str field 'prompt' (else give CompletionModel an item), not {item_type!r}"
+        )
+    bounds = [name for name in ("max_tokens", "temperature") if name in fields]
+
+    def make_item(asked: Generation) -> Any:
+        given: dict[str, Any] = {"prompt": asked.prompt}
+        for name in bounds:
+            value = getattr(asked, name)
+            if value is not None:
+                given[name] = value
+        return msgspec.convert(given, item_type)
+
+    return _Generator(servable, declared, make_item)
+
+
+def _bare(hint: Any) -> Any:
+    """``hint`` without its ``Annotated`` constraints."""
+    return typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
+
+
+def _route(host: RouteHost, generators: Mapping[str, _Generator], *, chat: bool) -> Handler:
+    async def complete(scope: Scope, receive: Receive, send: Send) -> int:
+        choices: Choices | None = None
+        try:
+            timeout_s, body = await admitted_body(host, scope, receive)
+            first_s = first_chunk_timeout_from(header(scope, FIRST_CHUNK_TIMEOUT_HEADER))
+            if chat:
+                asked, messages = chat_asked(body)
+            else:
+                asked = completion_asked(body)
+            generator = generators.get(asked.model)
+            if generator is None:
+                raise OpenAIError(
+                    404,
+                    f"The model '{asked.model}' does not exist; this server has "
+                    f"{sorted(generators)}",
+                    code="model_not_found",
+                    param="model",
+                )
+            declared = generator.declared
+            if chat:
+                asked = replace(asked, prompts=[declared.chat_template(messages)])
+            items = generator.items(asked)
+            deadline = deadline_from(timeout_s)
+            choices = await generator.open(items, deadline, deadline_from(first_s, deadline))
+            answer = Answer(
+                asked,
+                ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12),
+                int(time.time()),
+                sum(map(declared.count_tokens, asked.prompts)),
+            )
+            if asked.stream:
+                told = noted()
+                if told is not None:  # its head tells the wait for the first chunk
+                    told.stream = True
+                events = answer.events(choices.pieces(asked.stops, asked.max_tokens))
+                return await send_stream(scope, receive, send, events, OPENAI_SSE)
+            reply = await until_disconnect(
+                scope, receive, whole_answer(answer, choices, len(items))
+            )
+        except (ClientGone, ClientDisconnected):
+            return CLIENT_CLOSED
+        except Exception as error:
+            return await send_error(send, error, "chat completions" if chat else "completions")
+        finally:
+            if choices is not None:
+                await choices.close()
+        await send_response(send, 200, reply, _JSON)
+        return 200
+
+    return complete
