@@ -15,6 +15,15 @@ Serve it::
     microbatch serve examples.generate:service
     curl -N localhost:8000/stream -d '{"prompt": "Beautiful is", "max_tokens": 40}'
 
+It declares itself a text generator (``completion_model``), so OpenAI's client
+works too (``/v1/completions``, ``/v1/chat/completions``; model ``generate``)::
+
+    client = openai.OpenAI(base_url="http://localhost:8000/v1", api_key="unused")
+    for chunk in client.completions.create(
+        model="generate", prompt="Beautiful is", max_tokens=40, stop=".", stream=True
+    ):
+        print(chunk.choices[0].text, end="", flush=True)
+
 Or in-process::
 
     async with make_service() as service:
@@ -33,6 +42,7 @@ from typing import Annotated, Any
 import msgspec
 
 import microbatch
+from microbatch.http import CompletionModel
 
 __all__ = ["CharModel", "Prompt", "corpus", "make_service", "service"]
 
@@ -193,11 +203,15 @@ def make_service(train_s: float | None = None) -> microbatch.Service[Prompt, lis
     time when ``train_s`` is not given; 5 s by default)."""
     if train_s is None:
         train_s = float(os.environ.get("MICROBATCH_GENERATE_TRAIN_S", "5"))
-    return microbatch.Service(
+    service = microbatch.Service(
         microbatch.Stage(CharModel, kwargs={"train_s": train_s}, max_batch_size=64),
         examples=[Prompt("Beautiful is ", max_tokens=4)],
         name="generate",
     )
+    # Prompt has prompt, max_tokens and temperature: the requests' own; a token is a
+    # character, so usage counts the prompt's characters.
+    service.completion_model = CompletionModel(count_tokens=len)  # type: ignore[attr-defined]
+    return service
 
 
 service = make_service()

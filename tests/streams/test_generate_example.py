@@ -7,6 +7,7 @@ import asyncio
 import json
 
 import httpx
+import openai
 import pytest
 
 from examples.generate import Prompt, corpus, make_service
@@ -54,6 +55,21 @@ def test_served_with_microbatch_serve() -> None:
         assert messages[-1] == {"end": {"status": "complete", "chunks": 12}}
         invalid = client.post("/stream", json={"prompt": "x", "max_tokens": 0})
         assert invalid.status_code == 422
+        with openai.OpenAI(base_url=f"{server.url}/v1", api_key="-", max_retries=0) as llm:
+            streamed = llm.completions.create(
+                model="generate", prompt="Errors should ", max_tokens=9, stream=True
+            )
+            texts = [chunk.choices[0].text for chunk in streamed]
+            assert len("".join(texts)) == 9 and texts[-1] == ""
+            chat = llm.chat.completions.create(
+                model="generate", messages=[{"role": "user", "content": "Now"}], max_tokens=5
+            )
+            assert len(chat.choices[0].message.content or "") == 5
+            assert chat.usage is not None and chat.usage.prompt_tokens == len(
+                "user: Now\nassistant:"
+            )
+            with pytest.raises(openai.BadRequestError, match="max_tokens"):
+                llm.completions.create(model="generate", prompt="x", max_tokens=2001)
 
 
 def test_start_reads_each_prompt_as_the_gru_cell_would_one_character_at_a_time() -> None:
