@@ -48,6 +48,25 @@ def test_embedding_routes_are_documented_for_an_embedding_model() -> None:
     assert "/v1/models" in document["paths"]
 
 
+def test_completion_routes_are_documented_for_a_text_generator() -> None:
+    document = app(protocol_models.spell).openapi
+    validate(document)
+    paths = document["paths"]
+    assert "/v1/embeddings" not in paths and "/v1/models" in paths
+    for path, request in (
+        ("/v1/completions", "CompletionRequest"),
+        ("/v1/chat/completions", "ChatCompletionRequest"),
+    ):
+        post = paths[path]["post"]
+        body = post["requestBody"]["content"]["application/json"]["schema"]
+        assert body == {"$ref": f"#/components/schemas/{request}"}
+        assert set(post["responses"]["200"]["content"]) == {"application/json", "text/event-stream"}
+    assert document["components"]["schemas"]["ChatCompletionRequest"]["required"] == [
+        "model",
+        "messages",
+    ]
+
+
 schema = schemathesis.openapi.from_dict(app(protocol_models.embed).openapi).include(
     path_regex="^/v1/"
 )

@@ -132,6 +132,7 @@ class HttpApp:
             self.openapi,
             v2_models=[target.name],
             embeddings="/v1/embeddings" in openai,
+            completions="/v1/completions" in openai,
             auth=self.config.auth_token is not None,
         )
         self._openapi_body = msgspec.json.encode(self.openapi)

@@ -1,13 +1,15 @@
 """The JSON schemas of the protocol routes' bodies, as OpenAPI components: the Open
 Inference Protocol v2 (server and model metadata, inference request and response) and
-OpenAI's embeddings (request, response, the model list). They are written by hand:
-those bodies are built by :mod:`.inference_v2` and :mod:`.openai`, not by msgspec types."""
+OpenAI's embeddings (request, response, the model list) and completions (the
+completion and chat requests, their answer). They are written by hand: those bodies
+are built by :mod:`.inference_v2`, :mod:`.openai` and :mod:`.completion_answers`, not
+by msgspec types."""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ANY_ERROR", "OPENAI_SCHEMAS", "V2_SCHEMAS"]
+__all__ = ["ANY_ERROR", "COMPLETION_SCHEMAS", "OPENAI_SCHEMAS", "V2_SCHEMAS"]
 
 ANY_ERROR = {
     "type": "object",
@@ -172,3 +174,97 @@ OPENAI_SCHEMAS: dict[str, Any] = {
     },
 }
 """The OpenAI bodies, by component name."""
+
+_STOP = {
+    "description": "up to 4 stop sequences: the text ends before the first",
+    "anyOf": [
+        {"type": "string"},
+        {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 4},
+        {"type": "null"},
+    ],
+}
+_GENERATION = {
+    "max_tokens": {"type": ["integer", "null"], "minimum": 1},
+    "temperature": {"type": ["number", "null"], "minimum": 0, "maximum": 2},
+    "stop": _STOP,
+    "n": {"type": "integer", "minimum": 1, "maximum": 128, "description": "choices per prompt"},
+    "stream": {"type": "boolean", "description": "Server-Sent Events as the text is made"},
+    "stream_options": {
+        "type": ["object", "null"],
+        "properties": {"include_usage": {"type": "boolean"}},
+    },
+    "user": {"type": ["string", "null"]},
+}
+_USAGE = {
+    "type": "object",
+    "properties": {
+        "prompt_tokens": {"type": "integer"},
+        "completion_tokens": {"type": "integer", "description": "the chunks made"},
+        "total_tokens": {"type": "integer"},
+    },
+    "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
+}
+COMPLETION_SCHEMAS: dict[str, Any] = {
+    "CompletionRequest": {
+        "type": "object",
+        "properties": {
+            "model": {"type": "string"},
+            "prompt": {
+                "description": "a prompt, or a list of them (a choice each)",
+                "anyOf": [
+                    {"type": "string"},
+                    {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                ],
+            },
+            **_GENERATION,
+        },
+        "required": ["model", "prompt"],
+    },
+    "ChatCompletionRequest": {
+        "type": "object",
+        "properties": {
+            "model": {"type": "string"},
+            "messages": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "role": {"type": "string"},
+                        "content": {"anyOf": [{"type": "string"}, {"type": "array"}]},
+                    },
+                    "required": ["role"],
+                },
+            },
+            "max_completion_tokens": {"type": ["integer", "null"], "minimum": 1},
+            **_GENERATION,
+        },
+        "required": ["model", "messages"],
+    },
+    "Completion": {
+        "type": "object",
+        "description": "a text_completion, or a chat.completion (choices with a message)",
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"enum": ["text_completion", "chat.completion"]},
+            "created": {"type": "integer"},
+            "model": {"type": "string"},
+            "choices": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "index": {"type": "integer"},
+                        "text": {"type": "string"},
+                        "message": {"type": "object"},
+                        "finish_reason": {"enum": ["stop", "length"]},
+                    },
+                    "required": ["index", "finish_reason"],
+                },
+            },
+            "usage": _USAGE,
+        },
+        "required": ["id", "object", "created", "model", "choices", "usage"],
+    },
+}
+"""The OpenAI completion bodies, by component name."""

@@ -15,7 +15,7 @@ import msgspec
 
 from .codecs import encode_hook, is_pydantic_model
 from .docs_page import docs_page
-from .protocol_schemas import ANY_ERROR, OPENAI_SCHEMAS, V2_SCHEMAS
+from .protocol_schemas import ANY_ERROR, COMPLETION_SCHEMAS, OPENAI_SCHEMAS, V2_SCHEMAS
 from .status import ErrorBody
 
 __all__ = ["add_protocol_operations", "docs_page", "openapi_document"]
@@ -139,11 +139,17 @@ def openapi_document(
 
 
 def add_protocol_operations(
-    document: dict[str, Any], *, v2_models: Sequence[str], embeddings: bool, auth: bool
+    document: dict[str, Any],
+    *,
+    v2_models: Sequence[str],
+    embeddings: bool,
+    auth: bool,
+    completions: bool = False,
 ) -> None:
-    """Document the v2 inference routes of ``v2_models`` and, with ``embeddings``,
-    ``POST /v1/embeddings`` and ``GET /v1/models`` in ``document`` (an
-    :func:`openapi_document`)."""
+    """Document the v2 inference routes of ``v2_models``; with ``embeddings``,
+    ``POST /v1/embeddings``; with ``completions``, ``POST /v1/completions`` and
+    ``POST /v1/chat/completions``; with either, ``GET /v1/models``; in ``document``
+    (an :func:`openapi_document`)."""
     security = _security(auth)
     schemas = document["components"]["schemas"]
     paths = document["paths"]
@@ -216,12 +222,30 @@ def add_protocol_operations(
                 "V2InferenceRequest",
                 "V2InferenceResponse",
             )
-    if embeddings:
+    if embeddings or completions:
         schemas.update(OPENAI_SCHEMAS)
+        paths["/v1/models"] = get("OpenAI: the models", "models", ref("ModelList"), secured=True)
+    if embeddings:
         paths["/v1/embeddings"] = post(
             "OpenAI-compatible embeddings", "embeddings", "EmbeddingsRequest", "EmbeddingsResponse"
         )
-        paths["/v1/models"] = get("OpenAI: the models", "models", ref("ModelList"), secured=True)
+    if completions:
+        schemas.update(COMPLETION_SCHEMAS)
+        for path, summary, operation_id, request in (
+            (
+                "/v1/completions",
+                "OpenAI-compatible completions",
+                "completions",
+                "CompletionRequest",
+            ),
+            ("/v1/chat/completions", "OpenAI-compatible chat", "chat", "ChatCompletionRequest"),
+        ):
+            operation = post(summary, operation_id, request, "Completion")
+            content = operation["post"]["responses"]["200"]["content"]
+            content["text/event-stream"] = {
+                "schema": {"type": "string", "description": "with stream: data: {chunk}, [DONE]"}
+            }
+            paths[path] = operation
 
 
 def _security(auth: bool) -> list[dict[str, list[str]]]:
