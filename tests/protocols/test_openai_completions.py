@@ -239,6 +239,21 @@ def test_a_deadline_before_the_first_chunk_is_504(client: openai.OpenAI) -> None
     assert caught.value.status_code == 504
 
 
+def test_several_http_processes_relay_completions_to_the_one_service() -> None:
+    with (
+        serving(
+            "tests.protocols.models:spell", options=("--workers", "2", "--log-level", "warning")
+        ) as running,
+        openai.OpenAI(base_url=f"{running.url}/v1", api_key="-", max_retries=0) as client,
+    ):
+        stream = client.completions.create(model="spell", prompt="ab", max_tokens=3, stream=True)
+        assert "".join(chunk.choices[0].text for chunk in stream) == "aba"
+        reply = client.chat.completions.create(
+            model="spell", messages=[{"role": "user", "content": "hi"}], stop=":", max_tokens=9
+        )
+        assert reply.choices[0].message.content == "user"
+
+
 def _speller(**settings: int) -> microbatch.Service[object, object]:
     service: microbatch.Service[object, object] = microbatch.Service(
         microbatch.Stage(Speller, mode="thread", max_batch_size=4), name="spell", **settings

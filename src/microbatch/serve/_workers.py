@@ -91,6 +91,7 @@ def run_front(
         examples=local.examples,
         streaming=_streaming_routes(local),
         embedding_model=getattr(local, "embedding_model", None),
+        completion_model=getattr(local, "completion_model", None),
         max_buffered_chunks=_stream_bound(local),
     )
     app = HttpApp(target, config)

@@ -59,6 +59,8 @@ class RelayTarget:
         streaming: The routes whose results stream (None: the whole model).
         embedding_model: The served model's ``embedding_model`` (see
             :mod:`microbatch.http.openai`), or None.
+        completion_model: The served model's ``completion_model`` (see
+            :mod:`microbatch.http.completions`), or None.
         max_buffered_chunks: Most chunks of one stream waiting for its caller.
     """
 
@@ -74,6 +76,7 @@ class RelayTarget:
         streaming: Collection[str | None] = (),
         embedding_model: object = None,
         max_buffered_chunks: int = MAX_BUFFERED_CHUNKS,
+        completion_model: object = None,
     ) -> None:
         self.name = name
         self.max_buffered_chunks = max_buffered_chunks
@@ -82,6 +85,7 @@ class RelayTarget:
         self.routes = dict(routes or {})
         self.examples = tuple(examples)
         self.embedding_model = embedding_model
+        self.completion_model = completion_model
         self._streaming = frozenset(streaming)
         self._streams: dict[int, asyncio.Queue[Chunk | StreamEnd]] = {}
         self.requests: RequestCollector | None = None  # whose counts go to the hub
