@@ -82,6 +82,17 @@ def test_a_chat_completion_answers_from_the_templated_prompt(client: openai.Open
     )
     assert stopped.choices[0].message.content == "user: hi"
     assert stopped.choices[0].finish_reason == "stop"
+    parts = client.chat.completions.create(
+        model="spell",
+        messages=[
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "h"}, {"type": "text", "text": "i"}],
+            }
+        ],
+        max_tokens=12,
+    )
+    assert parts.choices[0].message.content == TEMPLATE[:12]  # text parts, joined
 
 
 def test_a_streamed_completion_comes_chunk_by_chunk(client: openai.OpenAI) -> None:
@@ -212,6 +223,10 @@ def test_malformed_bodies_are_400_in_openais_shape(server: Running) -> None:
         ("/v1/completions", {"model": "spell", "prompt": []}),
         ("/v1/chat/completions", {"model": "spell", "messages": []}),
         ("/v1/chat/completions", {"model": "spell", "messages": [{"content": "no role"}]}),
+        (
+            "/v1/chat/completions",
+            {"model": "spell", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+        ),
     ):
         reply = httpx.post(f"{server.url}{path}", json=body)
         assert reply.status_code == 400, body
