@@ -42,9 +42,16 @@ def test_the_earliest_of_several_stops_wins() -> None:
     assert _sent(["za", "b"], ["b", "zab"]) == ["", "", ""]
 
 
+def test_the_stop_complete_first_wins_whatever_the_cuts() -> None:
+    # "a" is complete before "\naa" is, in one piece or two
+    assert _sent(["\naa"], ["a", "\naa"]) == ["\n", ""]
+    assert _sent(["\na", "a"], ["a", "\naa"]) == ["\n", "", ""]
+
+
 def _first_stop(text: str, stops: list[str]) -> str:
-    found = [at for stop in stops if (at := text.find(stop)) >= 0]
-    return text[: min(found)] if found else text
+    """``text`` before the stop complete first (the earliest end, then the longest)."""
+    found = [(at + len(stop), at) for stop in stops if (at := text.find(stop)) >= 0]
+    return text[: min(found)[1]] if found else text
 
 
 @given(

@@ -86,7 +86,11 @@ class Choices:
                         last = ""
             finally:
                 await leave(stream)  # at once: its slot is freed at the next step
-            reason = "stop" if text.stopped else "length"
+            # "length": max_tokens was reached, or the model ended where only it
+            # knows (no max_tokens asked); "stop": a stop sequence, or the model
+            # ended by itself before max_tokens
+            ended_early = max_tokens is not None and chunks < max_tokens
+            reason = "stop" if text.stopped or ended_early else "length"
             await self._queue.put(Piece(index, last + text.flush(), reason, chunks))
         except Exception as error:
             await self._queue.put(error)

@@ -14,8 +14,8 @@ __all__ = ["StopText"]
 
 
 class StopText:
-    """Lets a text through piece by piece, up to (not including) the first
-    occurrence of any of ``stops``.
+    """Lets a text through piece by piece, up to (not including) the first of
+    ``stops`` to be complete (the one that ends first, as the text is made).
 
     Args:
         stops: The stop sequences (empty ones are ignored).
@@ -38,11 +38,14 @@ class StopText:
         if not self._stops:
             return piece
         text = self._held + piece
-        cut = min((at for stop in self._stops if (at := text.find(stop)) >= 0), default=-1)
-        if cut >= 0:
+        # The stop that is complete first wins (the earliest end; of two ending
+        # together, the longer): a model's text comes in order, so a longer stop
+        # that began before it would only have been complete later.
+        found = [(at + len(stop), at) for stop in self._stops if (at := text.find(stop)) >= 0]
+        if found:
             self.stopped = True
             self._held = ""
-            return text[:cut]
+            return text[: min(found)[1]]
         keep = self._unfinished_stop(text)
         self._held = text[len(text) - keep :]
         return text[: len(text) - keep]

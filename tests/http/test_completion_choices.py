@@ -1,0 +1,62 @@
+"""A completion's choices read from their streams (``http/completion_choices.py``):
+why each ended, and that each stream is left."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from microbatch.http.completion_choices import Choices, Piece
+
+
+class _Chunks:
+    """A stream of ``chunks``, then its end; remembers being left."""
+
+    def __init__(self, chunks: str) -> None:
+        self._chunks = iter(chunks)
+        self.left = False
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self
+
+    async def __anext__(self) -> str:
+        await asyncio.sleep(0)
+        for chunk in self._chunks:
+            return chunk
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        self.left = True
+
+
+def _read(streams: list[_Chunks], stops: list[str], max_tokens: int | None) -> list[Piece]:
+    async def main() -> list[Piece]:
+        choices = Choices(list(streams), str)
+        try:
+            return [piece async for piece in choices.pieces(stops, max_tokens)]
+        finally:
+            await choices.close()
+
+    return asyncio.run(main())
+
+
+def _ends(pieces: list[Piece]) -> dict[int, tuple[str, str | None, int]]:
+    texts: dict[int, str] = {}
+    for piece in pieces:
+        texts[piece.index] = texts.get(piece.index, "") + piece.text
+    return {p.index: (texts[p.index], p.finish_reason, p.chunks) for p in pieces if p.finish_reason}
+
+
+def test_each_choice_ends_with_why() -> None:
+    streams = [_Chunks("abcde"), _Chunks("ab"), _Chunks("abcdefgh"), _Chunks("xyz")]
+    assert _ends(_read(streams, ["z"], max_tokens=5)) == {
+        0: ("abcde", "length", 5),  # max_tokens reached
+        1: ("ab", "stop", 2),  # the model ended by itself before max_tokens
+        2: ("abcde", "length", 5),  # the model went on past max_tokens: left
+        3: ("xy", "stop", 3),  # a stop sequence
+    }
+    assert all(stream.left for stream in streams)
+
+
+def test_without_max_tokens_a_model_that_ends_ends_for_length() -> None:
+    assert _ends(_read([_Chunks("abc")], [], max_tokens=None)) == {0: ("abc", "length", 3)}
