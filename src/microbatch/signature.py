@@ -276,7 +276,20 @@ def signature_of(declared: Any, default_name: str) -> Signature:
 
 
 def record_fields(declared: Any) -> list[tuple[str, Any, bool]] | None:
-    """``(name, type, required)`` of each field of a record type, else None."""
+    """``(name, type, required)`` of each field of a record type, else None (a type
+    without its ``Annotated`` constraints: they are checked when the item is built)."""
+    fields = _annotated_fields(declared)
+    if fields is None:
+        return None
+    return [(name, _unannotated(hint), required) for name, hint, required in fields]
+
+
+def _unannotated(hint: Any) -> Any:
+    """``X`` from ``Annotated[X, ...]``, else ``hint``."""
+    return typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else hint
+
+
+def _annotated_fields(declared: Any) -> list[tuple[str, Any, bool]] | None:
     if isinstance(declared, type) and issubclass(declared, msgspec.Struct):
         return [
             (field.encode_name, field.type, field.required)

@@ -196,3 +196,20 @@ def test_stages_settings_survive_the_trip() -> None:
     recipe = recipe_for(Service(Stage(models.Double, batching=config)))
     (stage,) = recipe.build("thread").stages
     assert stage.batching == config
+
+
+def test_a_replica_serves_the_services_name_and_openai_routes() -> None:
+    from examples.generate import make_service
+    from microbatch.http import CompletionModel, EmbeddingModel
+    from microbatch.http.openai_routes import openai_routes
+
+    service = make_service(train_s=0.1)
+    service.embedding_model = EmbeddingModel()  # type: ignore[attr-defined]
+    recipe = recipe_for(service)
+    assert recipe.name == "generate"
+    copy = cloudpickle.loads(cloudpickle.dumps(recipe)).build("thread")
+    assert copy.name == "generate"
+    assert isinstance(copy.completion_model, CompletionModel)  # type: ignore[attr-defined]
+    assert copy.embedding_model == EmbeddingModel()  # type: ignore[attr-defined]
+    routes = openai_routes(microbatch.http.HttpApp(copy), {copy.name: copy})
+    assert {"/v1/completions", "/v1/chat/completions", "/v1/models"} <= set(routes)

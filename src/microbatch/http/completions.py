@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import secrets
 import time
-import typing
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 
@@ -213,7 +212,7 @@ def _generator(servable: Servable[Any, Any], declared: CompletionModel) -> _Gene
     item_type = servable.input_type
     if item_type is str:
         return _Generator(servable, declared, lambda asked: asked.prompt)
-    fields = {name: _bare(hint) for name, hint, _ in record_fields(item_type) or []}
+    fields = {name: hint for name, hint, _ in record_fields(item_type) or []}
     if fields.get("prompt") is not str:
         raise TypeError(
             f"completion model {servable.name!r}: its item type must be str or a record "
@@ -230,11 +229,6 @@ def _generator(servable: Servable[Any, Any], declared: CompletionModel) -> _Gene
         return msgspec.convert(given, item_type)
 
     return _Generator(servable, declared, make_item)
-
-
-def _bare(hint: Any) -> Any:
-    """``hint`` without its ``Annotated`` constraints."""
-    return typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
 
 
 def _route(host: RouteHost, generators: Mapping[str, _Generator], *, chat: bool) -> Handler:

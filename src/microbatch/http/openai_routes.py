@@ -12,11 +12,25 @@ import msgspec
 
 from ..types import Servable
 from .asgi import Receive, Scope, Send, send_response
-from .completions import completion_model_names, completion_routes
-from .openai import embedding_model_of, embedding_routes
+from .completions import COMPLETION_MODEL_ATTRIBUTE, completion_model_names, completion_routes
+from .openai import EMBEDDING_MODEL_ATTRIBUTE, embedding_model_of, embedding_routes
 from .routing import Handler, RouteHost, RouteTable
 
-__all__ = ["openai_routes"]
+__all__ = ["OPENAI_DECLARATIONS", "openai_declarations", "openai_routes"]
+
+OPENAI_DECLARATIONS = (EMBEDDING_MODEL_ATTRIBUTE, COMPLETION_MODEL_ATTRIBUTE)
+"""The attributes by which a servable declares its OpenAI routes: what a copy of a
+service built elsewhere (a Ray replica) must carry over."""
+
+
+def openai_declarations(servable: object) -> tuple[tuple[str, object], ...]:
+    """The (attribute, value) pairs of :data:`OPENAI_DECLARATIONS` that ``servable``
+    sets."""
+    return tuple(
+        (name, getattr(servable, name))
+        for name in OPENAI_DECLARATIONS
+        if getattr(servable, name, None) is not None
+    )
 
 
 def openai_routes(host: RouteHost, servables: Mapping[str, Servable[Any, Any]]) -> RouteTable:

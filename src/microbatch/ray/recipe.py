@@ -18,6 +18,7 @@ from typing import Any
 from ..config import BatchConfig
 from ..decorator import AsyncBatchedFunction, SyncBatchedFunction
 from ..execution import is_async_callable
+from ..http.openai_routes import openai_declarations
 from ..pipeline.service import Service
 from ..pipeline.stage import Stage
 from .settings import StageMode
@@ -35,11 +36,15 @@ class ServiceRecipe:
     examples: tuple[Any, ...]
     max_in_flight: int
     grace_s: float
+    service_name: str = ""
+    declarations: tuple[tuple[str, Any], ...] = ()
+    """Attributes set on the service that declare its OpenAI routes
+    (``embedding_model``, ``completion_model``), set again on each copy."""
 
     @property
     def name(self) -> str:
-        """The last stage's name (what the service answers with)."""
-        return self.stages[-1].name
+        """The service's name (by default its last stage's: what it answers with)."""
+        return self.service_name or self.stages[-1].name
 
     @property
     def bound(self) -> int:
@@ -56,12 +61,16 @@ class ServiceRecipe:
         stages = self.stages
         if stage_mode == "thread":
             stages = tuple(_in_threads(stage) for stage in stages)
-        return Service(
+        service: Service[Any, Any] = Service(
             *stages,
             examples=self.examples,
             max_in_flight=self.max_in_flight,
             grace_s=self.grace_s,
+            name=self.service_name,
         )
+        for attribute, value in self.declarations:
+            setattr(service, attribute, value)
+        return service
 
 
 @dataclass(frozen=True)
@@ -105,7 +114,12 @@ def recipe_for(served: object) -> Recipe:
     """
     if isinstance(served, Service):
         return ServiceRecipe(
-            tuple(served.stages), tuple(served.examples), served.max_in_flight, served.grace_s
+            tuple(served.stages),
+            tuple(served.examples),
+            served.max_in_flight,
+            served.grace_s,
+            served.name,
+            openai_declarations(served),
         )
     if isinstance(served, (AsyncBatchedFunction, SyncBatchedFunction)):
         function = served.__wrapped__
