@@ -188,3 +188,29 @@ async def test_a_pipelines_steps_link_to_its_streams_and_untraced_steps_make_no_
         chunks = await asyncio.wait_for(collect(pipeline.stream(2)), HANG_GUARD_S)  # untraced
     assert chunks == ["item2-0", "item2-1"]
     assert not [span for span in exporter.get_finished_spans() if span.name == STEP_SPAN]
+
+
+async def test_each_choice_of_a_completion_is_a_stream_span(
+    exporter: InMemorySpanExporter,
+) -> None:
+    from microbatch.http import CompletionModel
+    from tests.protocols.models import Speller
+
+    service = Service(Stage(Speller, mode="thread", max_batch_size=4), name="spell")
+    service.completion_model = CompletionModel()  # type: ignore[attr-defined]
+    header, trace_id, parent_id = traceparent(0)
+    body = {"model": "spell", "prompt": ["abc", "xyz"], "max_tokens": 5, "stop": "y"}
+    async with serving(HttpApp(service, tracer=tracer_to(exporter))) as client:
+        reply = await asyncio.wait_for(
+            client.post("/v1/completions", json=body, headers={"traceparent": header}),
+            HANG_GUARD_S,
+        )
+    assert reply.status_code == 200
+    assert [choice["text"] for choice in reply.json()["choices"]] == ["abcab", "x"]
+    spans = [s for s in exporter.get_finished_spans() if s.name == "POST /v1/completions"]
+    assert len(spans) == 2
+    for span in spans:
+        assert span.context.trace_id == trace_id
+        assert span.parent is not None and span.parent.span_id == parent_id
+    chunks = sorted(dict(span.attributes or {})["microbatch.stream.chunks"] for span in spans)
+    assert chunks == [2, 5]  # "x", "y" (the stop: the stream is left) and "abcab"

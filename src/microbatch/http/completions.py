@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 
 from ..signature import record_fields
+from ..tracing import Tracer
 from ..types import Servable, StreamingServable, deadline_from
 from .asgi import Receive, Scope, Send, header, send_response
 from .completion_answers import OPENAI_SSE, Answer, whole_answer
@@ -147,19 +148,37 @@ class _Generator:
             items += [item] * asked.n
         return items
 
-    async def open(self, items: list[Any], deadline: float | None, first: float | None) -> Choices:
-        """Open one stream per item (none, if one is refused: overload is 503)."""
+    async def open(
+        self, items: list[Any], deadline: float | None, first: float | None, traced: Traced
+    ) -> Choices:
+        """Open one stream per item (none, if one is refused: overload is 503), each
+        under a span of its own when ``traced`` gives a tracer."""
         streams: list[AsyncIterator[Any]] = []
+        open_stream = self.servable.stream
         try:
             for item in items:
+                if traced.tracer is None:
+                    streams.append(open_stream(item, deadline=deadline, first_chunk_deadline=first))
+                    continue
+                span = traced.tracer.stream_span(traced.path, traced.headers)
                 streams.append(
-                    self.servable.stream(item, deadline=deadline, first_chunk_deadline=first)
+                    span.open(open_stream, item, deadline=deadline, first_chunk_deadline=first)
                 )
         except BaseException:
             for stream in streams:
                 await leave(stream)
             raise
         return Choices(streams, self.declared.chunk_text)
+
+
+@dataclass(frozen=True)
+class Traced:
+    """Where a request's streams get their spans: the app's tracer (None: not
+    traced), the route's path and the request's headers (its ``traceparent``)."""
+
+    tracer: Tracer | None
+    path: str
+    headers: Sequence[tuple[bytes, bytes]]
 
 
 # -- routes -----------------------------------------------------------------------
@@ -187,8 +206,8 @@ def completion_routes(host: RouteHost, servables: Mapping[str, Servable[Any, Any
     if not generators:
         return {}
     return {
-        "/v1/completions": ("POST", _route(host, generators, chat=False), True),
-        "/v1/chat/completions": ("POST", _route(host, generators, chat=True), True),
+        path: ("POST", _route(host, generators, path), True)
+        for path in ("/v1/completions", "/v1/chat/completions")
     }
 
 
@@ -231,7 +250,10 @@ def _generator(servable: Servable[Any, Any], declared: CompletionModel) -> _Gene
     return _Generator(servable, declared, make_item)
 
 
-def _route(host: RouteHost, generators: Mapping[str, _Generator], *, chat: bool) -> Handler:
+def _route(host: RouteHost, generators: Mapping[str, _Generator], path: str) -> Handler:
+    chat = path == "/v1/chat/completions"
+    tracer: Tracer | None = getattr(host, "tracer", None)  # an HttpApp's, with --otel
+
     async def complete(scope: Scope, receive: Receive, send: Send) -> int:
         choices: Choices | None = None
         try:
@@ -255,7 +277,9 @@ def _route(host: RouteHost, generators: Mapping[str, _Generator], *, chat: bool)
                 asked = replace(asked, prompts=[declared.chat_template(messages)])
             items = generator.items(asked)
             deadline = deadline_from(timeout_s)
-            choices = await generator.open(items, deadline, deadline_from(first_s, deadline))
+            traced = Traced(tracer, path, scope["headers"])
+            first = deadline_from(first_s, deadline)
+            choices = await generator.open(items, deadline, first, traced)
             answer = Answer(
                 asked,
                 ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12),
