@@ -1,5 +1,5 @@
-"""Streams over gRPC (``ModelStreamInfer``) against streams over HTTP (NDJSON), from
-one ``microbatch serve`` process: the simulated step model of
+"""Streams over gRPC (``ModelStreamInfer``), over HTTP (NDJSON) and as OpenAI
+completions (SSE), from one ``microbatch serve`` process: the simulated step model of
 ``benchmarks/streaming.py`` (each step sleeps 1 ms + 10 us x items; lengths
 log-uniform in [8, 256]), 64 clients in a closed loop, alternated rounds.
 
@@ -8,6 +8,9 @@ log-uniform in [8, 256]), 64 clients in a closed loop, alternated rounds.
   one's empty final response came; the client counts messages, it decodes none.
 * **HTTP**: each client holds one kept-alive connection and POSTs ``/stream``
   (``benchmarks/stream_client.py``, NDJSON).
+* **OpenAI SSE**: the same, POSTing ``/v1/completions`` with ``"stream": true`` and
+  ``max_tokens`` the length (the server answers OpenAI's ``text_completion`` chunk
+  objects as Server-Sent Events, then ``data: [DONE]``).
 
 Reported per transport (the median round): chunks/s, time to first chunk p50/p99,
 and the serving process's CPU per chunk (``/proc``, over the round).
@@ -57,6 +60,17 @@ SERVER = HttpContender(
     {},
     True,
 )
+
+
+class _Completions(HttpContender):
+    """The same server asked for OpenAI completion streams."""
+
+    def body(self, length: int) -> bytes:
+        asked = {"model": "steps", "prompt": "", "max_tokens": length, "stream": True}
+        return json.dumps(asked).encode()
+
+
+COMPLETIONS = _Completions(SERVER.label, SERVER.server, "/v1/completions", {}, True)
 
 
 def _request(length: int) -> bytes:
@@ -127,13 +141,19 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=8, help="streams per client a round")
     args = parser.parse_args()
     ensure_venv(SERVER.server)
-    runs: dict[str, list[dict[str, Any]]] = {"gRPC ModelStreamInfer": [], "HTTP NDJSON": []}
+    runs: dict[str, list[dict[str, Any]]] = {
+        "gRPC ModelStreamInfer": [],
+        "HTTP NDJSON": [],
+        "OpenAI completions SSE": [],
+    }
+    http_ways = {"HTTP NDJSON": SERVER, "OpenAI completions SSE": COMPLETIONS}
     log = RESULTS / "logs" / "grpc_streams.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with serving(SERVER.server, {}, log) as running:
         host, port = running.base.removeprefix("http://").rsplit(":", 1)
         asyncio.run(grpc_run(f"127.0.0.1:{GRPC_PORT}", [3] * 8))  # warm-up, both ways
-        asyncio.run(http_run((host, int(port)), SERVER, CONCURRENCY, [3] * 8, keep_alive=True))
+        for way in http_ways.values():
+            asyncio.run(http_run((host, int(port)), way, CONCURRENCY, [3] * 8, keep_alive=True))
         for round_ in range(args.rounds):
             work = lengths(args.streams * CONCURRENCY, seed=round_)
             for name in runs:
@@ -141,7 +161,8 @@ def main() -> None:
                 if name.startswith("gRPC"):
                     figures = asyncio.run(grpc_run(f"127.0.0.1:{GRPC_PORT}", work))
                 else:
-                    http = http_run((host, int(port)), SERVER, CONCURRENCY, work, keep_alive=True)
+                    way = http_ways[name]
+                    http = http_run((host, int(port)), way, CONCURRENCY, work, keep_alive=True)
                     figures = asyncio.run(asyncio.wait_for(http, GIVE_UP_S))
                 cpu = _cpu_s(running.process.pid) - before
                 figures["server_cpu_us_per_chunk"] = 1e6 * cpu / figures["chunks"]
@@ -160,7 +181,7 @@ def main() -> None:
 def report(runs: dict[str, list[dict[str, Any]]], seen: str) -> str:
     """The markdown table of the median round of each transport."""
     lines = [
-        "# Streams over gRPC (`ModelStreamInfer`) and over HTTP (NDJSON), one server",
+        "# Streams over gRPC (`ModelStreamInfer`), HTTP (NDJSON) and OpenAI SSE, one server",
         "",
         f"Machine: {machine()}. Server: {seen}. {__doc__.split(chr(10) + chr(10))[0]}",
         "",

@@ -1,7 +1,8 @@
 """microbatch streams of the simulated step model: ``stepwise`` (a StepModel, items
 join and leave between steps) and ``lockstep`` (a generator predict: a batch runs
 until its longest item ends). ``microbatch serve stream_microbatch:stepwise``;
-``POST /stream`` with the number of chunks as the body."""
+``POST /stream`` with the number of chunks as the body; ``stepwise`` is also the
+OpenAI text generator ``steps`` (``/v1/completions``, ``max_tokens`` chunks)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from stream_models import CHUNK, MAX_ACTIVE, simulate_step
 
 from microbatch import END, Model, Service, Stage, StepModel
+from microbatch.http import CompletionModel
 
 
 class Steps(StepModel):
@@ -40,5 +42,11 @@ def _service(model: type[Model]) -> Service[int, list[str]]:
     return Service(stage, examples=[2])
 
 
+def _chunks_asked(asked: Any) -> int:
+    """An OpenAI completion's item: as many chunks as its ``max_tokens``."""
+    return int(asked.max_tokens or 16)
+
+
 stepwise = _service(Steps)
+stepwise.completion_model = CompletionModel(name="steps", item=_chunks_asked)  # type: ignore[attr-defined]
 lockstep = _service(Lockstep)

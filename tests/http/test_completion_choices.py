@@ -60,3 +60,13 @@ def test_each_choice_ends_with_why() -> None:
 
 def test_without_max_tokens_a_model_that_ends_ends_for_length() -> None:
     assert _ends(_read([_Chunks("abc")], [], max_tokens=None)) == {0: ("abc", "length", 3)}
+
+
+def test_one_choice_alone_ends_as_among_others() -> None:
+    for chunks, ended in [("abcde", "length"), ("ab", "stop"), ("abcdefgh", "length")]:
+        stream = _Chunks(chunks)
+        assert _ends(_read([stream], ["z"], max_tokens=5))[0][1] == ended
+        assert stream.left
+    stopped = _Chunks("xyz")
+    assert _ends(_read([stopped], ["z"], max_tokens=5)) == {0: ("xy", "stop", 3)}
+    assert stopped.left

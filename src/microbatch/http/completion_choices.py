@@ -46,6 +46,10 @@ class Choices:
         Raises:
             Exception: The first error of any choice (the others are left).
         """
+        if len(self._streams) == 1:  # the usual request: read in this task, no queue
+            async for piece in self._choice(0, self._streams[0], StopText(stops), max_tokens):
+                yield piece
+            return
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._read(index, stream, StopText(stops), max_tokens))
@@ -53,12 +57,12 @@ class Choices:
         ]
         going = len(self._tasks)
         while going:
-            piece = await self._queue.get()
-            if isinstance(piece, Exception):
-                raise piece
-            if piece.finish_reason is not None:
+            came = await self._queue.get()
+            if isinstance(came, Exception):
+                raise came
+            if came.finish_reason is not None:
                 going -= 1
-            yield piece
+            yield came
 
     async def close(self) -> None:
         """Leave every stream still read."""
@@ -71,29 +75,37 @@ class Choices:
     async def _read(
         self, index: int, stream: AsyncIterator[Any], text: StopText, max_tokens: int | None
     ) -> None:
-        chunks, last = 0, ""
+        """One choice's pieces (or its error) into the queue of every choice."""
         try:
-            try:
-                async for chunk in stream:
-                    if chunks == max_tokens:  # the model goes on past max_tokens: leave it
-                        break
-                    chunks += 1
-                    last = text.feed(self._chunk_text(chunk))
-                    if text.stopped:
-                        break
-                    if last:
-                        await self._queue.put(Piece(index, last))
-                        last = ""
-            finally:
-                await leave(stream)  # at once: its slot is freed at the next step
-            # "length": max_tokens was reached, or the model ended where only it
-            # knows (no max_tokens asked); "stop": a stop sequence, or the model
-            # ended by itself before max_tokens
-            ended_early = max_tokens is not None and chunks < max_tokens
-            reason = "stop" if text.stopped or ended_early else "length"
-            await self._queue.put(Piece(index, last + text.flush(), reason, chunks))
+            async for piece in self._choice(index, stream, text, max_tokens):
+                await self._queue.put(piece)
         except Exception as error:
             await self._queue.put(error)
+
+    async def _choice(
+        self, index: int, stream: AsyncIterator[Any], text: StopText, max_tokens: int | None
+    ) -> AsyncIterator[Piece]:
+        """One choice's pieces as its chunks come, the last with its ``finish_reason``."""
+        chunks, last = 0, ""
+        try:
+            async for chunk in stream:
+                if chunks == max_tokens:  # the model goes on past max_tokens: leave it
+                    break
+                chunks += 1
+                last = text.feed(self._chunk_text(chunk))
+                if text.stopped:
+                    break
+                if last:
+                    yield Piece(index, last)
+                    last = ""
+        finally:
+            await leave(stream)  # at once: its slot is freed at the next step
+        # "length": max_tokens was reached, or the model ended where only it knows
+        # (no max_tokens asked); "stop": a stop sequence, or the model ended by itself
+        # before max_tokens
+        ended_early = max_tokens is not None and chunks < max_tokens
+        reason = "stop" if text.stopped or ended_early else "length"
+        yield Piece(index, last + text.flush(), reason, chunks)
 
 
 async def leave(stream: AsyncIterator[Any]) -> None:
