@@ -1,12 +1,17 @@
-"""A completion's choices read from their streams (``http/completion_choices.py``):
-why each ended, and that each stream is left."""
+"""A completion's choices read from their streams (``http/completion_choices.py``),
+or one choice written straight (``Answer.one_choice_framing``): why each ended, and
+that each stream is left."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
+from typing import Any
 
+from microbatch.http.completion_answers import Answer
 from microbatch.http.completion_choices import Choices, Piece
+from microbatch.http.completion_requests import Asked
 
 
 class _Chunks:
@@ -70,3 +75,31 @@ def test_one_choice_alone_ends_as_among_others() -> None:
     stopped = _Chunks("xyz")
     assert _ends(_read([stopped], ["z"], max_tokens=5)) == {0: ("xy", "stop", 3)}
     assert stopped.left
+
+
+def _straight(chunks: str, max_tokens: int | None, chat: bool = False) -> list[Any]:
+    """The events of ``chunks`` written straight (``Answer.one_choice_framing``)."""
+    asked = Asked("m", ["p"], max_tokens, None, [], 1, True, True, chat)
+    framing = Answer(asked, "cmpl-1", 0, 1).one_choice_framing(str)
+    data = b"".join([*(framing.chunk(chunk) for chunk in chunks), framing.end({})])
+    events = [line.removeprefix(b"data: ") for line in data.split(b"\n\n") if line]
+    assert events[-1] == b"[DONE]"
+    return [json.loads(event) for event in events[:-1]]
+
+
+def test_written_straight_a_choice_ends_with_why_and_its_usage() -> None:
+    *texts, last, usage = _straight("abcde", max_tokens=3)  # the model went on: dropped
+    assert [event["choices"][0]["text"] for event in texts] == ["a", "b", "c"]
+    assert last["choices"][0]["finish_reason"] == "length"
+    assert usage["usage"] == {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4}
+    *_, last, usage = _straight("ab", max_tokens=3)  # it ended by itself
+    assert (last["choices"][0]["finish_reason"], usage["usage"]["completion_tokens"]) == ("stop", 2)
+    role, *deltas, last, _ = _straight("ab", max_tokens=None, chat=True)
+    assert role["choices"][0]["delta"] == {"role": "assistant"}
+    assert [event["choices"][0]["delta"]["content"] for event in deltas] == ["a", "b"]
+    assert last["choices"][0]["finish_reason"] == "length"
+    role, last, _ = _straight("", max_tokens=2, chat=True)  # no text at all: still its role
+    assert (role["choices"][0]["delta"], last["choices"][0]["finish_reason"]) == (
+        {"role": "assistant"},
+        "stop",
+    )

@@ -5,6 +5,7 @@ step models (several services), and in-process as a plain ASGI app."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 
 import httpx
@@ -311,3 +312,40 @@ async def test_prompts_past_the_services_limit_are_503_and_leave_no_stream() -> 
         assert caught.value.status_code == 503
         reply = await client.completions.create(model="spell", prompt=["a", "b"], max_tokens=1)
         assert [c.text for c in reply.choices] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("route", "asked"),
+    [
+        ("completions", {"prompt": "xyz", "max_tokens": 7}),
+        ("chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 7}),
+        ("completions", {"prompt": "x!", "max_tokens": 7}),  # fails at its second chunk
+    ],
+)
+def test_one_choice_written_straight_sends_what_a_general_answer_sends(
+    server: Running, route: str, asked: dict[str, object]
+) -> None:
+    def events(**more: object) -> list[object]:
+        body = {"model": "spell", "stream": True, "stream_options": {"include_usage": True}}
+        with httpx.stream("POST", f"{server.url}/v1/{route}", json={**body, **asked, **more}) as r:
+            lines = [line for line in r.iter_lines() if line]
+        assert all(line.startswith("data: ") for line in lines)
+        decoded: list[object] = []
+        for line in lines:
+            if line == "data: [DONE]":
+                decoded.append(line)
+                continue
+            event = json.loads(line.removeprefix("data: "))
+            event.pop("id", None)  # the request's own
+            event.pop("created", None)
+            decoded.append(event)
+        return decoded
+
+    straight = events()  # one choice, no stop: written straight from its stream
+    general = events(stop="\x01")  # a stop that never comes: every choice read by a task
+    assert straight == general
+    if "!" in str(asked):  # the item's error is the last event
+        assert "spelled a '!'" in json.dumps(straight[-1])
+    else:
+        assert straight[-1] == "data: [DONE]"
+        assert straight[-2]["usage"]["completion_tokens"] == 7  # type: ignore[index]

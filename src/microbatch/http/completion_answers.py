@@ -5,13 +5,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
 from .completion_choices import Choices, Piece
+from .completion_events import DONE, CompletionEvents
 from .completion_requests import Asked
 from .openai_errors import error_shape
 from .streams import Framing
@@ -29,8 +30,8 @@ def _sse_error(error: dict[str, Any]) -> bytes:
 OPENAI_SSE = Framing(
     "openai-sse",
     b"text/event-stream",
-    chunk=lambda value: b"data: " + _encode(value) + b"\n\n",
-    end=lambda _: b"data: [DONE]\n\n",
+    chunk=lambda event: bytes(event),  # made already (see CompletionEvents)
+    end=lambda _: DONE,
     error=_sse_error,
 )
 """OpenAI's Server-Sent Events: ``data: {json}`` per chunk object, ``data: [DONE]``
@@ -73,45 +74,68 @@ class Answer:
             {**self.head(kind), "choices": choices, "usage": self.usage(completion_tokens)}
         )
 
-    async def events(self, pieces: AsyncIterator[Piece]) -> AsyncIterator[dict[str, Any]]:
-        """The chunk objects of a streamed answer, one or two per piece (a chat
-        choice's first piece is preceded by its role, a last piece's text by its
-        end), then the usage when asked."""
-        chat, kind = (
-            self.asked.chat,
-            "chat.completion.chunk" if self.asked.chat else "text_completion",
-        )
+    def stream_events(self) -> CompletionEvents:
+        """The templates of this answer's streamed events."""
+        kind = "chat.completion.chunk" if self.asked.chat else "text_completion"
         head = self.head(kind)
         if self.asked.include_usage:
             head["usage"] = None
+        return CompletionEvents(head, self.asked.chat)
+
+    async def events(self, pieces: AsyncIterator[Piece]) -> AsyncIterator[bytes]:
+        """The events of a streamed answer, one or two per piece (a chat choice's
+        first piece is preceded by its role, a last piece's text by its end), then
+        the usage when asked."""
+        events = self.stream_events()
+        chat = self.asked.chat
         begun: set[int] = set()
         tokens = 0
         async for piece in pieces:
             if chat and piece.index not in begun:
                 begun.add(piece.index)
-                yield {**head, "choices": [_delta(piece.index, {"role": "assistant"}, None)]}
+                yield events.role(piece.index)
             if piece.text:
-                text = {"content": piece.text} if chat else piece.text
-                yield {**head, "choices": [_streamed(chat, piece.index, text, None)]}
+                yield events.text(piece.index, piece.text)
             if piece.finish_reason is not None:
                 tokens += piece.chunks
-                empty: Any = {} if chat else ""
-                yield {
-                    **head,
-                    "choices": [_streamed(chat, piece.index, empty, piece.finish_reason)],
-                }
+                yield events.finish(piece.index, piece.finish_reason)
         if self.asked.include_usage:
-            yield {**head, "choices": [], "usage": self.usage(tokens)}
+            yield events.usage(self.usage(tokens))
 
+    def one_choice_framing(self, chunk_text: Callable[[Any], str]) -> Framing:
+        """How to write the chunks of a request's one choice straight from its stream,
+        as :data:`OPENAI_SSE` events (no stop sequences: every chunk's text goes out
+        as it comes; a chunk past ``max_tokens`` is dropped, its model should have
+        ended): the server's stream writer then writes a step's chunks for many
+        streams at once, without waking each request's task."""
+        events = self.stream_events()
+        asked = self.asked
+        most = asked.max_tokens
+        made = 0
+        begun = not asked.chat  # a chat choice's role comes with its first text
 
-def _streamed(chat: bool, index: int, text: Any, reason: str | None) -> dict[str, Any]:
-    if chat:
-        return _delta(index, text, reason)
-    return {"index": index, "text": text, "logprobs": None, "finish_reason": reason}
+        def chunk(value: Any) -> bytes:
+            nonlocal made, begun
+            made += 1
+            text = chunk_text(value)
+            if not text or (most is not None and made > most):
+                return b""
+            if not begun:
+                begun = True
+                return events.role(0) + events.text(0, text)
+            return events.text(0, text)
 
+        def end(_: dict[str, Any]) -> bytes:
+            chunks = made if most is None else min(made, most)
+            reason = "stop" if most is not None and chunks < most else "length"
+            last = events.finish(0, reason)
+            if not begun:
+                last = events.role(0) + last
+            if asked.include_usage:
+                last += events.usage(self.usage(chunks))
+            return last + DONE
 
-def _delta(index: int, delta: dict[str, str], reason: str | None) -> dict[str, Any]:
-    return {"index": index, "delta": delta, "logprobs": None, "finish_reason": reason}
+        return Framing(OPENAI_SSE.name, OPENAI_SSE.media_type, chunk, end, _sse_error)
 
 
 async def whole_answer(answer: Answer, choices: Choices, count: int) -> bytes:

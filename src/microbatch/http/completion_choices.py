@@ -64,6 +64,11 @@ class Choices:
                 going -= 1
             yield came
 
+    @property
+    def streams(self) -> list[AsyncIterator[Any]]:
+        """The streams, one per choice, in the order of their index."""
+        return self._streams
+
     async def close(self) -> None:
         """Leave every stream still read."""
         for task in self._tasks:
