@@ -170,12 +170,14 @@ class Channel:
         self._wake()
 
     def leave(self) -> None:
-        """The caller stops reading: drop it at the next step; nobody reads its end."""
+        """The caller stops reading: drop it at the next step; a read waiting for
+        its next chunk ends (StopAsyncIteration), and the chunks not read are gone."""
         if self.ended:
             return
         self._left = True
         self.chunks.clear()
         self._ended()
+        self._wake()
 
     async def next_chunk(self, holder: object = None) -> Any:
         """The next chunk; StopAsyncIteration at the end, or the stream's error (once).
@@ -275,6 +277,11 @@ class Stream(AsyncIterator[Any]):
 
     async def aclose(self) -> None:
         """Stop reading: the stream's slot is freed at the next step."""
+        self._channel.leave()
+
+    def leave(self) -> None:
+        """:meth:`aclose`, from code that cannot wait (a read waiting for the next
+        chunk ends: the stream is over for its reader)."""
         self._channel.leave()
 
     def take_ready(self) -> list[Any]:

@@ -80,15 +80,17 @@ def test_one_choice_alone_ends_as_among_others() -> None:
 def _straight(chunks: str, max_tokens: int | None, chat: bool = False) -> list[Any]:
     """The events of ``chunks`` written straight (``Answer.one_choice_framing``)."""
     asked = Asked("m", ["p"], max_tokens, None, [], 1, True, True, chat)
-    framing = Answer(asked, "cmpl-1", 0, 1).one_choice_framing(str)
+    left: list[int] = []
+    framing = Answer(asked, "cmpl-1", 0, 1).one_choice_framing(str, lambda: left.append(1))
     data = b"".join([*(framing.chunk(chunk) for chunk in chunks), framing.end({})])
+    assert len(left) == (max_tokens is not None and len(chunks) >= max_tokens)
     events = [line.removeprefix(b"data: ") for line in data.split(b"\n\n") if line]
     assert events[-1] == b"[DONE]"
     return [json.loads(event) for event in events[:-1]]
 
 
 def test_written_straight_a_choice_ends_with_why_and_its_usage() -> None:
-    *texts, last, usage = _straight("abcde", max_tokens=3)  # the model went on: dropped
+    *texts, last, usage = _straight("abcde", max_tokens=3)  # the model went on: left
     assert [event["choices"][0]["text"] for event in texts] == ["a", "b", "c"]
     assert last["choices"][0]["finish_reason"] == "length"
     assert usage["usage"] == {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4}

@@ -13,6 +13,7 @@ import numpy.typing as npt
 
 import microbatch
 from microbatch.http import CompletionModel, EmbeddingModel
+from microbatch.http.completions import Generation
 
 
 class Point(msgspec.Struct):
@@ -148,3 +149,17 @@ spell_one = microbatch.Service(
 )
 """One item at a time: a stream that is not left holds up every other."""
 spell_one.completion_model = CompletionModel(name="spell-one")  # type: ignore[attr-defined]
+
+
+def _past_any_max_tokens(asked: Generation) -> Spell:
+    return Spell(asked.prompt, max_tokens=1_000_000)
+
+
+spell_on = microbatch.Service(
+    microbatch.Stage(Speller, mode="thread", max_batch_size=1), name="spell_on"
+)
+"""One item at a time, spelled on past the request's ``max_tokens`` (its item does
+not carry it): the server must cut it there and leave its stream."""
+spell_on.completion_model = CompletionModel(  # type: ignore[attr-defined]
+    name="spell-on", item=_past_any_max_tokens
+)

@@ -27,6 +27,7 @@ def server() -> Iterator[Running]:
     with serving(
         "tests.protocols.models:spell",
         "tests.protocols.models:spell_one",
+        "tests.protocols.models:spell_on",
         options=("--log-level", "warning"),
     ) as running:
         yield running
@@ -42,10 +43,10 @@ def _async_client(server: Running) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
 
 
-def _left(server: Running) -> float:
-    """How many streams of ``spell_one`` were left by their readers."""
+def _left(server: Running, service: str = "spell_one") -> float:
+    """How many streams of ``service`` were left by their readers."""
     for line in httpx.get(f"{server.url}/metrics").text.splitlines():
-        named = 'outcome="left"' in line and 'service="spell_one"' in line
+        named = 'outcome="left"' in line and f'service="{service}"' in line
         if named and line.startswith("microbatch_streams_total{"):
             return float(line.split()[-1])
     return 0.0
@@ -185,8 +186,21 @@ def test_a_client_that_disconnects_mid_stream_frees_the_slot(
     assert _left(server) == left + 1
 
 
-def test_models_lists_both_generators(client: openai.OpenAI) -> None:
-    assert sorted(model.id for model in client.models.list()) == ["spell", "spell-one"]
+def test_models_lists_every_generator(client: openai.OpenAI) -> None:
+    models = sorted(model.id for model in client.models.list())
+    assert models == ["spell", "spell-on", "spell-one"]
+
+
+def test_a_model_that_goes_on_past_max_tokens_is_cut_there_and_left(
+    client: openai.OpenAI, server: Running
+) -> None:
+    left = _left(server, "spell_on")  # one at a time: each answer frees the slot
+    streamed = client.completions.create(model="spell-on", prompt="ab", max_tokens=3, stream=True)
+    pieces = [(chunk.choices[0].text, chunk.choices[0].finish_reason) for chunk in streamed]
+    assert pieces == [("a", None), ("b", None), ("a", None), ("", "length")]
+    whole = client.completions.create(model="spell-on", prompt="xy", max_tokens=3)
+    assert (whole.choices[0].text, whole.choices[0].finish_reason) == ("xyx", "length")
+    assert _left(server, "spell_on") == left + 2
 
 
 def test_an_unknown_model_is_404_naming_it(client: openai.OpenAI) -> None:

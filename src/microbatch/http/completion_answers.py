@@ -102,12 +102,15 @@ class Answer:
         if self.asked.include_usage:
             yield events.usage(self.usage(tokens))
 
-    def one_choice_framing(self, chunk_text: Callable[[Any], str]) -> Framing:
+    def one_choice_framing(
+        self, chunk_text: Callable[[Any], str], leave: Callable[[], None]
+    ) -> Framing:
         """How to write the chunks of a request's one choice straight from its stream,
         as :data:`OPENAI_SSE` events (no stop sequences: every chunk's text goes out
-        as it comes; a chunk past ``max_tokens`` is dropped, its model should have
-        ended): the server's stream writer then writes a step's chunks for many
-        streams at once, without waking each request's task."""
+        as it comes; at ``max_tokens`` chunks the stream is left with ``leave``, and
+        a chunk that came with it is dropped): the server's stream writer then
+        writes a step's chunks for many streams at once, without waking each
+        request's task."""
         events = self.stream_events()
         asked = self.asked
         most = asked.max_tokens
@@ -116,9 +119,13 @@ class Answer:
 
         def chunk(value: Any) -> bytes:
             nonlocal made, begun
+            if most is not None and made >= most:  # came with the last: the model goes on
+                return b""
             made += 1
+            if made == most:
+                leave()  # its model need not end by itself: it stops at its next step
             text = chunk_text(value)
-            if not text or (most is not None and made > most):
+            if not text:
                 return b""
             if not begun:
                 begun = True
@@ -126,13 +133,12 @@ class Answer:
             return events.text(0, text)
 
         def end(_: dict[str, Any]) -> bytes:
-            chunks = made if most is None else min(made, most)
-            reason = "stop" if most is not None and chunks < most else "length"
+            reason = "stop" if most is not None and made < most else "length"
             last = events.finish(0, reason)
             if not begun:
                 last = events.role(0) + last
             if asked.include_usage:
-                last += events.usage(self.usage(chunks))
+                last += events.usage(self.usage(made))
             return last + DONE
 
         return Framing(OPENAI_SSE.name, OPENAI_SSE.media_type, chunk, end, _sse_error)

@@ -134,16 +134,6 @@ class _Generator:
     servable: StreamingServable[Any, Any]
     declared: CompletionModel
     make_item: Callable[[Generation], Any]
-    bounds_tokens: bool = False
-    """The item carries the request's ``max_tokens``: its model ends there."""
-
-    def writes_straight(self, asked: Asked, items: list[Any]) -> bool:
-        """Whether a streamed answer may be written straight from its one stream:
-        one choice, no stop sequence to look for, and no ``max_tokens`` to cut at
-        that the model would not keep itself."""
-        if len(items) != 1 or asked.stops:
-            return False
-        return asked.max_tokens is None or self.bounds_tokens
 
     def items(self, asked: Asked) -> list[Any]:
         """The items of every choice, in the order of their index (400 for one its
@@ -257,7 +247,7 @@ def _generator(servable: Servable[Any, Any], declared: CompletionModel) -> _Gene
                 given[name] = value
         return msgspec.convert(given, item_type)
 
-    return _Generator(servable, declared, make_item, bounds_tokens="max_tokens" in bounds)
+    return _Generator(servable, declared, make_item)
 
 
 def _route(host: RouteHost, generators: Mapping[str, _Generator], path: str) -> Handler:
@@ -300,9 +290,12 @@ def _route(host: RouteHost, generators: Mapping[str, _Generator], path: str) -> 
                 told = noted()
                 if told is not None:  # its head tells the wait for the first chunk
                     told.stream = True
-                if generator.writes_straight(asked, items):  # a step's chunks in one go
-                    framing = answer.one_choice_framing(declared.chunk_text)
-                    return await send_stream(scope, receive, send, choices.streams[0], framing)
+                only = choices.streams[0]
+                leave = getattr(only, "leave", None)  # a Service's own stream (not traced)
+                if len(items) == 1 and not asked.stops and leave is not None:
+                    # written straight from the stream: a step's chunks in one go
+                    framing = answer.one_choice_framing(declared.chunk_text, leave)
+                    return await send_stream(scope, receive, send, only, framing)
                 events = answer.events(choices.pieces(asked.stops, asked.max_tokens))
                 return await send_stream(scope, receive, send, events, OPENAI_SSE)
             reply = await until_disconnect(
