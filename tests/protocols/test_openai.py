@@ -99,6 +99,13 @@ def test_malformed_inputs_are_400(server: Running) -> None:
         assert set(reply.json()["error"]) == {"message", "type", "param", "code"}
 
 
+def test_more_inputs_than_openai_allows_are_400(server: Running) -> None:
+    body = {"model": "embed", "input": ["x"] * 2049}  # one request may not take the queue
+    reply = httpx.post(f"{server.url}/v1/embeddings", json=body)
+    assert reply.status_code == 400
+    assert "2048" in reply.json()["error"]["message"]
+
+
 def test_models_are_listed(client: openai.OpenAI) -> None:
     assert [model.id for model in client.models.list()] == ["embed"]
 

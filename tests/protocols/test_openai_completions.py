@@ -220,6 +220,8 @@ def test_an_unknown_model_is_404_naming_it(client: openai.OpenAI) -> None:
         ({"prompt": "ab", "max_tokens": 2_000_000}, "max_tokens"),  # over the item's limit
         ({"prompt": "x" * 65}, "prompt"),  # the item's own limit
         ({"prompt": "ab", "echo": True}, "echo"),
+        ({"prompt": ["ab"] * 2049}, "prompt"),  # at most 2048 inputs, as OpenAI allows
+        ({"prompt": ["ab"] * 17, "n": 128}, "n"),  # 2176 choices
     ],
 )
 def test_a_bad_field_is_400_naming_it(

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from .openai_errors import OpenAIError, param_of
+from .openai_errors import MAX_INPUTS, OpenAIError, param_of
 
 __all__ = ["Asked", "ChatMessage", "chat_asked", "completion_asked"]
 
@@ -39,7 +39,7 @@ class _StreamOptions(msgspec.Struct):
 
 class _CompletionRequest(msgspec.Struct):
     model: str
-    prompt: str | Annotated[list[str], msgspec.Meta(min_length=1)]
+    prompt: str | Annotated[list[str], msgspec.Meta(min_length=1, max_length=MAX_INPUTS)]
     max_tokens: _Tokens | None = None
     temperature: _Temperature | None = None
     stop: _Stop | None = None

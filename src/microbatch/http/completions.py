@@ -31,7 +31,7 @@ from .asgi import Receive, Scope, Send, header, send_response
 from .completion_answers import OPENAI_SSE, Answer, whole_answer
 from .completion_choices import Choices, leave
 from .completion_requests import Asked, ChatMessage, chat_asked, completion_asked
-from .openai_errors import OpenAIError, param_of, send_error
+from .openai_errors import MAX_INPUTS, OpenAIError, param_of, send_error
 from .request_body import ClientDisconnected
 from .routing import (
     CLIENT_CLOSED,
@@ -137,7 +137,14 @@ class _Generator:
 
     def items(self, asked: Asked) -> list[Any]:
         """The items of every choice, in the order of their index (400 for one its
-        item type refuses)."""
+        item type refuses, or for more than :data:`MAX_INPUTS` of them)."""
+        asking = len(asked.prompts) * asked.n
+        if asking > MAX_INPUTS:
+            raise OpenAIError(
+                400,
+                f"a request may ask for at most {MAX_INPUTS} choices (prompts x n), not {asking}",
+                param="n",
+            )
         items = []
         for prompt in asked.prompts:
             try:

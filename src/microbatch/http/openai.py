@@ -17,7 +17,7 @@ import base64
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
@@ -26,7 +26,7 @@ from ..inference import submit_all
 from ..signature import field_values, record_fields
 from ..types import Servable, deadline_from
 from .asgi import Receive, Scope, Send, send_response
-from .openai_errors import OpenAIError, send_error
+from .openai_errors import MAX_INPUTS, OpenAIError, send_error
 from .routing import (
     CLIENT_CLOSED,
     ClientGone,
@@ -95,7 +95,7 @@ class EmbeddingModel:
 
 
 class _Request(msgspec.Struct):
-    input: str | list[Any]
+    input: str | Annotated[list[Any], msgspec.Meta(max_length=MAX_INPUTS)]
     model: str
     encoding_format: str = "float"
     dimensions: int | None = None

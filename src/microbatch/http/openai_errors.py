@@ -15,7 +15,12 @@ from .asgi import Send, send_response
 from .server_timing import note_error
 from .status import error_reply
 
-__all__ = ["OpenAIError", "error_body", "error_shape", "param_of", "send_error"]
+__all__ = ["MAX_INPUTS", "OpenAIError", "error_body", "error_shape", "param_of", "send_error"]
+
+MAX_INPUTS = 2048
+"""The most inputs one OpenAI request may carry (texts to embed; choices of a
+completion, prompts times ``n``), as OpenAI's API allows: one request cannot take
+the whole service's queue (a larger one is 400)."""
 
 logger = logging.getLogger("microbatch.http")
 
