@@ -5,7 +5,9 @@ read tensors off the wire and hand them to :meth:`InferenceModel.infer`: each ro
 becomes one item, submitted on its own (so rows from many clients share batches),
 and the results become the output tensors. A model that streams (a step model, a
 generator ``predict``) is also offered as :meth:`InferenceModel.stream`: one row in,
-each chunk out as output tensors of one row.
+each chunk out as output tensors of one row. Triton's generate extension
+(:mod:`microbatch.http.generate`) gives one row's inputs as plain JSON values
+(:meth:`InferenceModel.row_item`) and answers with plain values (:func:`output_values`).
 """
 
 from __future__ import annotations

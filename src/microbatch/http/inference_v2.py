@@ -9,7 +9,8 @@ Routes, for the models given (one app: its one service)::
     GET  /v2/models/{name}/ready      200 when the model is ready, else 503
     POST /v2/models/{name}/infer      inference
 
-(each ``/v2/models/{name}...`` route also under ``/versions/1``). Tensor data is
+(each ``/v2/models/{name}...`` route also under ``/versions/1``; Triton's generate
+extension, plain JSON in and out, is :mod:`.generate`). Tensor data is
 JSON or binary: with the binary tensor data extension (what ``tritonclient`` sends),
 the body is the JSON request, ``Inference-Header-Content-Length`` bytes long,
 followed by each binary input's raw bytes (``parameters.binary_data_size``), and
