@@ -188,3 +188,33 @@ async def test_one_services_own_app_serves_both_routes_behind_its_token() -> Non
         assert [event["output"] for event in _events(streamed)] == list("heyh")
         metadata = await client.get("/v2", headers=token)
         assert "generate" in metadata.json()["extensions"]
+
+
+class Tokens(microbatch.StepModel):
+    """Spells each text back as records: a character and its position, a step each."""
+
+    def start(self, items: list[str]) -> list[list[Any]]:
+        return [[text, 0] for text in items]
+
+    def step(self, states: list[list[Any]]) -> tuple[list[dict[str, Any]], list[bool]]:
+        chunks = [{"token": text[made], "position": made} for text, made in states]
+        for state in states:
+            state[1] += 1
+        return chunks, [made >= len(text) for text, made in states]
+
+
+async def test_record_chunks_join_text_outputs_and_list_the_others() -> None:
+    tokens = microbatch.Service(microbatch.Stage(Tokens, mode="thread"), name="tokens")
+    async with serving_in_process(HttpApp(tokens, HttpConfig())) as client:
+        joined = await client.post("/v2/models/tokens/generate", json={"input": "abc"})
+        assert joined.json() == {
+            "model_name": "tokens",
+            "model_version": "1",
+            "token": "abc",
+            "position": [0, 1, 2],
+        }
+        streamed = await client.post("/v2/models/tokens/generate_stream", json={"input": "ab"})
+        assert _events(streamed) == [
+            {"model_name": "tokens", "model_version": "1", "token": "a", "position": 0},
+            {"model_name": "tokens", "model_version": "1", "token": "b", "position": 1},
+        ]
