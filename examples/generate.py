@@ -15,6 +15,11 @@ Serve it::
     microbatch serve examples.generate:service
     curl -N localhost:8000/stream -d '{"prompt": "Beautiful is", "max_tokens": 40}'
 
+or, as Triton's generate extension (the chunks of one request as Server-Sent Events)::
+
+    curl -N localhost:8000/v2/models/generate/generate_stream \
+        -d '{"prompt": "Beautiful is", "max_tokens": 40}'
+
 It declares itself a text generator (``completion_model``), so OpenAI's client
 works too (``/v1/completions``, ``/v1/chat/completions``; model ``generate``)::
 

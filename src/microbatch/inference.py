@@ -5,20 +5,22 @@ read tensors off the wire and hand them to :meth:`InferenceModel.infer`: each ro
 becomes one item, submitted on its own (so rows from many clients share batches),
 and the results become the output tensors. A model that streams (a step model, a
 generator ``predict``) is also offered as :meth:`InferenceModel.stream`: one row in,
-each chunk out as output tensors of one row.
+each chunk out as output tensors of one row. Triton's generate extension
+(:mod:`microbatch.http.generate`) gives one row's inputs as plain JSON values
+(:meth:`InferenceModel.row_item`) and answers with plain values (:func:`output_values`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import MicrobatchError
-from .signature import Signature, field_values, signature_of
-from .tensors import Tensor, TensorError
+from .signature import ANY, Signature, field_values, signature_of
+from .tensors import Tensor, TensorError, from_json
 from .timing import Timing, accepts_timing
 from .types import Servable, StreamingServable
 
@@ -31,6 +33,7 @@ __all__ = [
     "OutputMismatch",
     "TensorMetadata",
     "chunk_tensors",
+    "output_values",
     "submit_all",
 ]
 
@@ -124,6 +127,7 @@ class InferenceModel:
         self.inputs: Signature = signature_of(servable.input_type, "input")
         self.outputs: Signature = signature_of(servable.output_type, "output")
         self._streaming = servable if isinstance(servable, StreamingServable) else None
+        self._input_specs = {spec.name: spec for spec in self.inputs.specs}
 
     @property
     def ready(self) -> bool:
@@ -179,6 +183,40 @@ class InferenceModel:
         except ValueError as error:
             raise OutputMismatch(str(error)) from None
         return _chosen(tensors, outputs)
+
+    def row_item(self, values: Mapping[str, Any]) -> Any:
+        """The one item of a request that gives each input's value by name as plain
+        JSON (a scalar, or nested lists for one row of a tensor), as Triton's
+        generate extension does: each value becomes one row of its input, of the
+        input's declared datatype (an undeclared one takes the value's own: text
+        ``BYTES``, a boolean ``BOOL``, an integer ``INT64``, any other number
+        ``FP64``), and the row becomes the item as :meth:`infer` makes it.
+
+        Raises:
+            TensorError: An unknown or missing input, a value its input does not
+                take, or a row the item type refuses (400 with the reason).
+        """
+        tensors = []
+        for name, value in values.items():
+            spec = self._input_specs.get(name, self.inputs.open_spec)
+            datatype = spec.datatype if spec is not None else ANY
+            if datatype == ANY:
+                datatype = _datatype_of_value(value)
+            tensors.append(from_json(name, datatype, [1, *_value_shape(value)], value))
+        (item,) = self.inputs.items(tensors)
+        return item
+
+    def open_stream(self, item: Any, *, deadline: float | None) -> AsyncIterator[Any]:
+        """The chunks of ``item``'s stream as the model makes them (leaving the
+        iteration early withdraws the item at its next step).
+
+        Raises:
+            TypeError: The model does not stream.
+            MicrobatchError: What ``stream`` raises (overload, ...).
+        """
+        if self._streaming is None:
+            raise TypeError(f"model {self.name!r} does not stream")
+        return self._streaming.stream(item, deadline=deadline)
 
     @property
     def streams(self) -> bool:
@@ -243,6 +281,39 @@ def chunk_tensors(chunk: Any) -> list[Tensor]:
         return signature.tensors([chunk])
     except ValueError as error:
         raise OutputMismatch(f"a chunk: {error}") from None
+
+
+def output_values(result: Any) -> dict[str, Any]:
+    """A result (or a chunk) as plain values by output name, named as
+    :func:`chunk_tensors` names its tensors: a record's fields that are not None,
+    anything else as ``output``."""
+    try:
+        fields = field_values(result)
+    except ValueError:
+        return {"output": result}
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+def _value_shape(value: Any) -> list[int]:
+    """The shape of a plain JSON value: its nested lists' lengths (the first of each)."""
+    shape = []
+    while isinstance(value, list):
+        shape.append(len(value))
+        if not value:
+            break
+        value = value[0]
+    return shape
+
+
+def _datatype_of_value(value: Any) -> str:
+    """The datatype of an undeclared input from its (first) JSON value."""
+    while isinstance(value, list) and value:
+        value = value[0]
+    if isinstance(value, str):
+        return "BYTES"
+    if isinstance(value, bool):
+        return "BOOL"
+    return "INT64" if isinstance(value, int) else "FP64"
 
 
 def _chosen(tensors: list[Tensor], outputs: Sequence[str]) -> list[Tensor]:

@@ -33,12 +33,13 @@ import numpy as np
 from ._hints import declared_dtype, is_pydantic_model
 from .tensors import DATATYPES, Tensor, TensorError, datatype_of
 
-__all__ = ["Signature", "TensorSpec", "field_values", "record_fields", "signature_of"]
+__all__ = ["ANY", "Signature", "TensorSpec", "field_values", "record_fields", "signature_of"]
 
 _INTEGERS = frozenset(f"{sign}INT{bits}" for sign in ("", "U") for bits in (8, 16, 32, 64))
 _FLOATS = frozenset({"FP16", "FP32", "FP64"})
 _NUMBERS = _INTEGERS | _FLOATS | {"BOOL"}
 ANY = "ANY"
+"""The published datatype of an undeclared tensor."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,9 @@ def test_the_openapi_document_is_valid(served: object, token: str | None) -> Non
     name = document["info"]["title"]
     models_v2 = [f"/v2/models/{name}", f"/v2/models/{name}/versions/1"]
     v2 = {"/v2", "/v2/health/live", "/v2/health/ready"} | {
-        f"{base}{tail}" for base in models_v2 for tail in ("", "/ready", "/infer")
+        f"{base}{tail}"
+        for base in models_v2
+        for tail in ("", "/ready", "/infer", "/generate", "/generate_stream")
     }
     own = {"/predict", "/health/live", "/health/ready", "/metrics"}
     assert set(document["paths"]) == own | v2

@@ -31,6 +31,12 @@ def test_v2_routes_are_documented_with_their_schemas(token: str | None) -> None:
     assert request["required"] == ["inputs"]
     assert {"400", "413", "503", "504"} <= set(infer["responses"])
     assert ("401" in infer["responses"]) is (token is not None)
+    for path in ("/v2/models/halve/generate", "/v2/models/halve/versions/1/generate_stream"):
+        generate = document["paths"][path]["post"]
+        body = generate["requestBody"]["content"]["application/json"]["schema"]
+        assert body == {"$ref": "#/components/schemas/V2GenerateRequest"}
+    stream = document["paths"]["/v2/models/halve/generate_stream"]["post"]
+    assert set(stream["responses"]["200"]["content"]) == {"text/event-stream"}
     live = document["paths"]["/v2/health/live"]["get"]
     assert "security" not in live  # probes need no token
     assert "/v1/embeddings" not in document["paths"]  # halve is no embedding model

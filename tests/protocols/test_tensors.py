@@ -230,3 +230,37 @@ def test_a_chunk_is_one_row_of_output_tensors() -> None:
     ]
     with pytest.raises(OutputMismatch, match="a chunk"):
         chunk_tensors(object())
+
+
+class _Declared:
+    """Just what :class:`~microbatch.inference.InferenceModel` reads of a servable."""
+
+    def __init__(self, input_type: Any) -> None:
+        self.name = "declared"
+        self.input_type = input_type
+        self.output_type = Any
+
+
+def test_a_generate_request_is_one_row_of_plain_values() -> None:
+    from microbatch.inference import InferenceModel
+
+    record = InferenceModel(_Declared(Record))  # type: ignore[arg-type]
+    assert record.row_item({"text": "hi", "weights": [1, 2.5]}) == Record("hi", [1.0, 2.5])
+    with pytest.raises(TensorError, match="input 'weights' has shape"):
+        record.row_item({"text": "hi", "weights": [[1.0]]})
+    with pytest.raises(TensorError, match="input 'text': BYTES data must be strings"):
+        record.row_item({"text": 3, "weights": []})
+    # an undeclared input takes the value's own datatype, read as /infer reads it
+    undeclared = InferenceModel(_Declared(dict[str, Any]))  # type: ignore[arg-type]
+    item = undeclared.row_item({"a": "x", "b": True, "c": 3, "d": [0.5, 1.5]})
+    assert item == {"a": b"x", "b": True, "c": 3, "d": [0.5, 1.5]}
+    with pytest.raises(TensorError, match="the data is not FP64"):  # ragged
+        undeclared.row_item({"d": [[1.0, 2.0], [3.0]]})
+
+
+def test_a_result_as_plain_values_by_output_name() -> None:
+    from microbatch.inference import output_values
+
+    assert output_values("a") == {"output": "a"}
+    assert output_values(Record("t", [1.0])) == {"text": "t", "weights": [1.0], "count": 1}
+    assert output_values({"token": "x", "logprob": None}) == {"token": "x"}

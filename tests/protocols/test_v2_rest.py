@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
@@ -95,8 +96,6 @@ def test_a_wrong_datatype_is_400_with_the_reason(client: httpclient.InferenceSer
 
 
 def test_a_data_size_that_does_not_match_the_shape_is_400(server: Running) -> None:
-    import httpx
-
     body = {"inputs": [{"name": "x", "shape": [3, 1], "datatype": "FP32", "data": [1.0, 2.0]}]}
     reply = httpx.post(f"{server.url}/v2/models/double/infer", json=body)
     assert reply.status_code == 400
@@ -210,4 +209,6 @@ def test_v2_rest_under_several_http_processes() -> None:
         pending = [(x, client.async_infer("double", [_x([x])])) for x in range(200, 232)]
         answers = [(x, request.get_result().as_numpy("y")[0, 0]) for x, request in pending]
         client.close()
+        generated = httpx.post(f"{running.url}/v2/models/double/generate", json={"x": 4.0})
     assert all(y == 2 * x for x, y in answers)
+    assert generated.json()["y"] == 8.0  # Triton's generate extension, under --workers too

@@ -30,6 +30,7 @@ from .bearer import authorize, expected_authorization
 from .codecs import CODECS, JSON, Decoder
 from .config import HttpConfig
 from .error_log import RepeatedErrorLog
+from .generate import GENERATE_EXTENSION, generate_routes
 from .inference_v2 import v2_routes
 from .metrics import HttpMetrics
 from .openai_routes import openai_routes
@@ -125,7 +126,9 @@ class HttpApp:
                 self._stream_routes[path] = self._stream_route(stage_route, decoders, path)
             handler = partial(self._stream, path=_stream_path(stage_route))
             self._routes[_stream_path(stage_route)] = ("POST", handler, True)
-        self._routes.update(v2_routes(self, {target.name: InferenceModel(target)}))
+        v2_models = {target.name: InferenceModel(target)}
+        self._routes.update(v2_routes(self, v2_models, extensions=[GENERATE_EXTENSION]))
+        self._routes.update(generate_routes(self, v2_models))
         openai = openai_routes(self, {target.name: target})
         self._routes.update(openai)
         add_protocol_operations(

@@ -9,7 +9,8 @@ Routes, for the models given (one app: its one service)::
     GET  /v2/models/{name}/ready      200 when the model is ready, else 503
     POST /v2/models/{name}/infer      inference
 
-(each ``/v2/models/{name}...`` route also under ``/versions/1``). Tensor data is
+(each ``/v2/models/{name}...`` route also under ``/versions/1``; Triton's generate
+extension, plain JSON in and out, is :mod:`.generate`). Tensor data is
 JSON or binary: with the binary tensor data extension (what ``tritonclient`` sends),
 the body is the JSON request, ``Inference-Header-Content-Length`` bytes long,
 followed by each binary input's raw bytes (``parameters.binary_data_size``), and
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -46,7 +47,7 @@ from .routing import (
 from .server_timing import note_error
 from .status import NotReady, error_reply
 
-__all__ = ["BINARY_HEADER", "v2_routes"]
+__all__ = ["BINARY_HEADER", "send_v2_error", "v2_routes"]
 
 logger = logging.getLogger("microbatch.http")
 
@@ -100,12 +101,22 @@ _decode_request = msgspec.json.Decoder(_Request).decode
 _encode = msgspec.json.Encoder().encode
 
 
-def v2_routes(host: RouteHost, models: Mapping[str, InferenceModel]) -> RouteTable:
-    """The v2 route table of ``models`` (by name), mounted on ``host``."""
+def v2_routes(
+    host: RouteHost, models: Mapping[str, InferenceModel], extensions: Sequence[str] = ()
+) -> RouteTable:
+    """The v2 route table of ``models`` (by name), mounted on ``host``; the server
+    metadata lists ``extensions`` (those whose routes the caller mounts beside these,
+    such as :mod:`.generate`'s) after ``binary_tensor_data``."""
+    metadata_body = _encode(
+        {
+            "name": "microbatch",
+            "version": __version__,
+            "extensions": ["binary_tensor_data", *extensions],
+        }
+    )
 
     async def server_metadata(scope: Scope, receive: Receive, send: Send) -> int:
-        body = {"name": "microbatch", "version": __version__, "extensions": ["binary_tensor_data"]}
-        await send_response(send, 200, _encode(body), _JSON)
+        await send_response(send, 200, metadata_body, _JSON)
         return 200
 
     async def live(scope: Scope, receive: Receive, send: Send) -> int:
@@ -114,7 +125,7 @@ def v2_routes(host: RouteHost, models: Mapping[str, InferenceModel]) -> RouteTab
 
     async def ready(scope: Scope, receive: Receive, send: Send) -> int:
         if host.draining or not all(model.ready for model in models.values()):
-            return await _send_error(send, NotReady("not every model is ready"))
+            return await send_v2_error(send, NotReady("not every model is ready"))
         await send_response(send, 200, b'{"ready":true}', _JSON)
         return 200
 
@@ -144,7 +155,7 @@ def _metadata(model: InferenceModel) -> Handler:
 def _model_ready(host: RouteHost, model: InferenceModel) -> Handler:
     async def model_ready(scope: Scope, receive: Receive, send: Send) -> int:
         if host.draining or not model.ready:
-            return await _send_error(send, NotReady(f"model {model.name!r} is not ready"))
+            return await send_v2_error(send, NotReady(f"model {model.name!r} is not ready"))
         await send_response(send, 200, b'{"ready":true}', _JSON)
         return 200
 
@@ -166,7 +177,7 @@ def _infer(host: RouteHost, model: InferenceModel) -> Handler:
         except ClientGone:
             return CLIENT_CLOSED
         except Exception as error:
-            return await _send_error(send, error)
+            return await send_v2_error(send, error)
         extra = [] if length is None else [(BINARY_HEADER, str(length).encode())]
         await send_response(send, 200, reply, _JSON if length is None else _OCTETS, extra)
         return 200
@@ -248,8 +259,9 @@ def _reply(name: str, request: _Request, outputs: list[Tensor]) -> tuple[bytes, 
     return b"".join([head, *blobs]), len(head)
 
 
-async def _send_error(send: Send, error: BaseException) -> int:
-    """Send ``{"error": message}`` with the error's status."""
+async def send_v2_error(send: Send, error: BaseException) -> int:
+    """Send ``{"error": message}`` with the error's status (see
+    :func:`~.status.error_reply`); return the status."""
     reply = error_reply(error)
     note_error(reply.error)  # its Server-Timing names it
     if reply.status >= 500 and reply.status not in (503, 504):

@@ -1,9 +1,10 @@
 """The JSON schemas of the protocol routes' bodies, as OpenAPI components: the Open
-Inference Protocol v2 (server and model metadata, inference request and response) and
-OpenAI's embeddings (request, response, the model list) and completions (the
-completion and chat requests, their answer). They are written by hand: those bodies
-are built by :mod:`.inference_v2`, :mod:`.openai` and :mod:`.completion_answers`, not
-by msgspec types."""
+Inference Protocol v2 (server and model metadata, inference request and response,
+the generate extension's request and answer) and OpenAI's embeddings (request,
+response, the model list) and completions (the completion and chat requests, their
+answer). They are written by hand: those bodies are built by :mod:`.inference_v2`,
+:mod:`.generate`, :mod:`.openai` and :mod:`.completion_answers`, not by msgspec
+types."""
 
 from __future__ import annotations
 
@@ -100,6 +101,20 @@ V2_SCHEMAS: dict[str, Any] = {
             },
         },
         "required": ["model_name", "outputs"],
+    },
+    "V2GenerateRequest": {
+        "type": "object",
+        "description": "Triton's generate extension: each input by name, a plain JSON value"
+        " (a scalar, or a list for one row of a tensor); parameters are ignored",
+        "properties": {"parameters": _PARAMETERS},
+        "additionalProperties": True,
+    },
+    "V2GenerateResponse": {
+        "type": "object",
+        "description": "each output by name, a plain JSON value",
+        "properties": {"model_name": {"type": "string"}, "model_version": {"type": "string"}},
+        "required": ["model_name", "model_version"],
+        "additionalProperties": True,
     },
 }
 """The v2 bodies, by component name."""

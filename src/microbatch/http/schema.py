@@ -222,6 +222,23 @@ def add_protocol_operations(
                 "V2InferenceRequest",
                 "V2InferenceResponse",
             )
+            paths[f"{base}/generate"] = post(
+                f"generate with {name}: one item, its outputs (a stream's joined)",
+                f"v2_generate_{suffix}",
+                "V2GenerateRequest",
+                "V2GenerateResponse",
+            )
+            stream = post(
+                f"generate with {name}: one item, each chunk's outputs as an event",
+                f"v2_generate_stream_{suffix}",
+                "V2GenerateRequest",
+                "V2GenerateResponse",
+            )
+            stream["post"]["responses"]["200"] = {
+                "description": "data: {V2GenerateResponse} per chunk; an error's last",
+                "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            }
+            paths[f"{base}/generate_stream"] = stream
     if embeddings or completions:
         schemas.update(OPENAI_SCHEMAS)
         paths["/v1/models"] = get("OpenAI: the models", "models", ref("ModelList"), secured=True)

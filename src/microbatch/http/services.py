@@ -6,7 +6,8 @@
   ``/predict``, ``/predict/{route}``, ``/health/ready``, ``/metrics``,
   ``/openapi.json`` and ``/docs``), the path less its ``/{name}`` prefix;
 * ``/v2/...``: the Open Inference Protocol v2 for every service
-  (``/v2/models/{name}/...``);
+  (``/v2/models/{name}/...``, with Triton's generate extension: see
+  :mod:`.generate`);
 * ``/v1/embeddings`` for the services that declare an
   :class:`~microbatch.http.EmbeddingModel`, ``/v1/completions`` and
   ``/v1/chat/completions`` for those that declare a
@@ -34,6 +35,7 @@ from .asgi import Receive, Scope, Send, send_response
 from .bearer import authorize, expected_authorization
 from .codecs import JSON
 from .config import HttpConfig
+from .generate import GENERATE_EXTENSION, generate_routes
 from .inference_v2 import v2_routes
 from .openai_routes import openai_routes
 from .predict import Predictor
@@ -79,7 +81,8 @@ class Services:
             "/health/live": ("GET", self._live, False),
             "/health/ready": ("GET", self._ready, False),
             "/metrics": ("GET", self._metrics, True),
-            **v2_routes(self, models),
+            **v2_routes(self, models, extensions=[GENERATE_EXTENSION]),
+            **generate_routes(self, models),
             **openai_routes(self, {name: app.servable for name, app in self.apps.items()}),
         }
 
