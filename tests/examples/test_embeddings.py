@@ -47,10 +47,15 @@ async def test_paraphrases_are_closer_than_an_unrelated_sentence() -> None:
 
 
 async def test_both_layouts_give_the_same_vectors() -> None:
-    async with make_service(split=False) as service:
-        assert [stage.name for stage in service.stages] == ["embed"]
-        answer = await service.submit(EmbedRequest("A man is playing a guitar."), timeout_s=120)
-    async with make_service(split=True) as service:
-        assert [stage.name for stage in service.stages] == ["tokenize", "encode"]
-        split = await service.submit(EmbedRequest("A man is playing a guitar."), timeout_s=120)
-    assert max(abs(x - y) for x, y in zip(answer.embedding, split.embedding, strict=True)) < 1e-5
+    whole, split = make_service(split=False), make_service(split=True)
+    assert [stage.name for stage in whole.stages] == ["embed"]
+    assert [stage.name for stage in split.stages] == ["tokenize", "encode"]
+    text = EmbedRequest("A man is playing a guitar.")
+    try:  # both started at once: each loads the model in its own worker processes
+        await asyncio.gather(whole.start(), split.start())
+        one, other = await asyncio.gather(
+            whole.submit(text, timeout_s=120), split.submit(text, timeout_s=120)
+        )
+    finally:
+        await asyncio.gather(whole.close(), split.close())
+    assert max(abs(x - y) for x, y in zip(one.embedding, other.embedding, strict=True)) < 1e-5

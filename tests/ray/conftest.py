@@ -1,4 +1,5 @@
-"""One local Ray instance for the tests that need one, started and stopped here.
+"""One local Ray instance for the tests that need one, started once for them all and
+stopped here.
 
 It binds Ray Serve's proxy to a free port of 127.0.0.1; at the end it stops Serve and
 Ray and checks that every process they started is gone.
@@ -36,9 +37,10 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def cluster() -> Iterator[Cluster]:
-    """Ray with 2 CPUs and Serve on a free port; all of it stopped afterwards."""
+    """Ray with 2 CPUs and Serve on a free port, shared by this package's tests (each
+    deploys applications of its own names); all of it stopped after the last."""
     import ray
     from ray import serve
 

@@ -3,7 +3,7 @@ bodies, clients that hang up, short deadlines, and a worker killed every 30 s. T
 server's RSS and open file descriptors, and the shared-memory segments of all its
 processes, stay flat (< 5% growth after the warm-up); no request is lost.
 
-Runs 40 s in the default run, 300 s under ``pytest --long`` (in CI), or
+Runs 30 s in the default run, 300 s under ``pytest --long`` (in CI), or
 $MICROBATCH_SOAK_S seconds if set; an hour's soak is
 
     MICROBATCH_SOAK_S=3600 .venv/bin/python -m pytest --long tests/reliability/test_soak.py
@@ -44,7 +44,7 @@ from .harness import (
 )
 from .models import Job
 
-SOAK_S = float(os.environ.get("MICROBATCH_SOAK_S", lasting(40.0, 300.0)))
+SOAK_S = float(os.environ.get("MICROBATCH_SOAK_S", lasting(30.0, 300.0)))
 WARM_UP_S = min(60.0, SOAK_S / 5)
 RATE = 200.0  # requests per second, about a quarter of what this machine serves
 KILL_EVERY_S = min(30.0, SOAK_S / 10)
