@@ -270,15 +270,10 @@ def chunk_tensors(chunk: Any) -> list[Tensor]:
     Raises:
         OutputMismatch: The chunk cannot be a tensor.
     """
+    fields = _set_fields(chunk)
+    signature = _CHUNK if fields is None else _RECORD_CHUNK
     try:
-        fields = field_values(chunk)
-    except ValueError:
-        signature = _CHUNK
-    else:
-        signature = _RECORD_CHUNK
-        chunk = {name: value for name, value in fields.items() if value is not None}
-    try:
-        return signature.tensors([chunk])
+        return signature.tensors([chunk if fields is None else fields])
     except ValueError as error:
         raise OutputMismatch(f"a chunk: {error}") from None
 
@@ -287,11 +282,17 @@ def output_values(result: Any) -> dict[str, Any]:
     """A result (or a chunk) as plain values by output name, named as
     :func:`chunk_tensors` names its tensors: a record's fields that are not None,
     anything else as ``output``."""
+    fields = _set_fields(result)
+    return {"output": result} if fields is None else fields
+
+
+def _set_fields(value: Any) -> dict[str, Any] | None:
+    """A record's fields that are not None, by name; None for what is no record."""
     try:
-        fields = field_values(result)
+        fields = field_values(value)
     except ValueError:
-        return {"output": result}
-    return {name: value for name, value in fields.items() if value is not None}
+        return None
+    return {name: field for name, field in fields.items() if field is not None}
 
 
 def _value_shape(value: Any) -> list[int]:

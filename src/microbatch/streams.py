@@ -277,7 +277,7 @@ class Stream(AsyncIterator[Any]):
 
     async def aclose(self) -> None:
         """Stop reading: the stream's slot is freed at the next step."""
-        self._channel.leave()
+        self.leave()
 
     def leave(self) -> None:
         """:meth:`aclose`, from code that cannot wait (a read waiting for the next
