@@ -6,7 +6,8 @@ concurrency (OpenTelemetry SDK's in-memory exporter)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 
 import grpc
 import numpy as np
@@ -31,6 +32,28 @@ def exporter() -> Iterator[InMemorySpanExporter]:
     spans.shutdown()
 
 
+@contextlib.asynccontextmanager
+async def _traced_channel(
+    models: dict[str, InferenceModel], exporter: InMemorySpanExporter
+) -> AsyncIterator[grpc.aio.Channel]:
+    """A channel to a gRPC server of ``models`` that traces to ``exporter``."""
+    server = GrpcServer(models, GrpcConfig(port=0), tracer=tracer_to(exporter))
+    port = await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield channel
+    finally:
+        await server.stop()
+
+
+def _infer(channel: grpc.aio.Channel) -> grpc.aio.UnaryUnaryMultiCallable:
+    return channel.unary_unary(
+        f"/{SERVICE}/ModelInfer",
+        request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=message("ModelInferResponse").FromString,
+    )
+
+
 def _request(index: int) -> object:
     request = message("ModelInferRequest")(model_name="double")
     given = request.inputs.add(name="x", datatype="FP32", shape=[ROWS, 1])
@@ -41,30 +64,19 @@ def _request(index: int) -> object:
 async def test_model_infer_calls_are_spans_under_the_callers_traceparent(
     exporter: InMemorySpanExporter,
 ) -> None:
-    server = GrpcServer(
-        {"double": InferenceModel(double)}, GrpcConfig(port=0), tracer=tracer_to(exporter)
-    )
-    port = await server.start()
     sent = [traceparent(index) for index in range(CALLS)]
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            infer = channel.unary_unary(
-                f"/{SERVICE}/ModelInfer",
-                request_serializer=lambda m: m.SerializeToString(),
-                response_deserializer=message("ModelInferResponse").FromString,
-            )
-            replies = await asyncio.wait_for(
-                asyncio.gather(
-                    *(
-                        infer(_request(i), metadata=(("traceparent", header),))
-                        for i, (header, _, _) in enumerate(sent)
-                    )
-                ),
-                HANG_GUARD_S,
-            )
-            untraced = await asyncio.wait_for(infer(_request(99)), HANG_GUARD_S)
-    finally:
-        await server.stop()
+    async with _traced_channel({"double": InferenceModel(double)}, exporter) as channel:
+        infer = _infer(channel)
+        replies = await asyncio.wait_for(
+            asyncio.gather(
+                *(
+                    infer(_request(i), metadata=(("traceparent", header),))
+                    for i, (header, _, _) in enumerate(sent)
+                )
+            ),
+            HANG_GUARD_S,
+        )
+        untraced = await asyncio.wait_for(infer(_request(99)), HANG_GUARD_S)
     for index, reply in enumerate(replies):
         values = np.frombuffer(reply.raw_output_contents[0], "<f4").tolist()
         assert values == [2 * (index + 0.25), 2 * (index + 0.5)]
@@ -91,26 +103,15 @@ async def test_model_infer_calls_are_spans_under_the_callers_traceparent(
 
 
 async def test_a_failed_call_ends_its_span_with_the_error(exporter: InMemorySpanExporter) -> None:
-    server = GrpcServer(
-        {"double": InferenceModel(double)}, GrpcConfig(port=0), tracer=tracer_to(exporter)
-    )
-    port = await server.start()
     request = message("ModelInferRequest")(model_name="double")
     given = request.inputs.add(name="x", datatype="FP32", shape=[1, 1])
     given.contents.fp32_contents.append(13.0)  # the model raises on 13
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            infer = channel.unary_unary(
-                f"/{SERVICE}/ModelInfer",
-                request_serializer=lambda m: m.SerializeToString(),
-                response_deserializer=message("ModelInferResponse").FromString,
+    async with _traced_channel({"double": InferenceModel(double)}, exporter) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await asyncio.wait_for(
+                _infer(channel)(request, metadata=(("traceparent", traceparent(1)[0]),)),
+                HANG_GUARD_S,
             )
-            with pytest.raises(grpc.aio.AioRpcError) as caught:
-                await asyncio.wait_for(
-                    infer(request, metadata=(("traceparent", traceparent(1)[0]),)), HANG_GUARD_S
-                )
-    finally:
-        await server.stop()
     assert caught.value.code() == grpc.StatusCode.INTERNAL
     (call,) = [span for span in exporter.get_finished_spans() if span.name == "ModelInfer"]
     assert not call.status.is_ok and call.parent is not None
@@ -124,27 +125,20 @@ async def test_each_stream_request_is_a_span_with_its_chunks(
 
     service = Service(Stage(Counter, mode="thread", max_batch_size=4), name="counter")
     header, trace_id, parent_id = traceparent(7)
-    async with service:
-        server = GrpcServer(
-            {"counter": InferenceModel(service)}, GrpcConfig(port=0), tracer=tracer_to(exporter)
-        )
-        port = await server.start()
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                call = channel.stream_stream(
-                    f"/{SERVICE}/ModelStreamInfer",
-                    request_serializer=lambda m: m.SerializeToString(),
-                    response_deserializer=message("ModelStreamInferResponse").FromString,
-                )(metadata=(("traceparent", header),))
-                for text in ("a:3", "b:2"):
-                    request = message("ModelInferRequest")(model_name="counter", id=text)
-                    given = request.inputs.add(name="input", datatype="BYTES", shape=[1, 1])
-                    given.contents.bytes_contents.append(text.encode())
-                    await call.write(request)
-                await call.done_writing()
-                responses = await asyncio.wait_for(_all(call), HANG_GUARD_S)
-        finally:
-            await server.stop()
+    models = {"counter": InferenceModel(service)}
+    async with service, _traced_channel(models, exporter) as channel:
+        call = channel.stream_stream(
+            f"/{SERVICE}/ModelStreamInfer",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=message("ModelStreamInferResponse").FromString,
+        )(metadata=(("traceparent", header),))
+        for text in ("a:3", "b:2"):
+            request = message("ModelInferRequest")(model_name="counter", id=text)
+            given = request.inputs.add(name="input", datatype="BYTES", shape=[1, 1])
+            given.contents.bytes_contents.append(text.encode())
+            await call.write(request)
+        await call.done_writing()
+        responses = await asyncio.wait_for(_all(call), HANG_GUARD_S)
     assert sorted(r.infer_response.id for r in responses) == ["a:3"] * 3 + ["b:2"] * 2
     streams = [span for span in exporter.get_finished_spans() if span.name == "ModelStreamInfer"]
     assert len(streams) == 2
