@@ -161,8 +161,11 @@ def _reinstall_if_changed(contender: Contender) -> None:
     if not regular or (marker.exists() and marker.read_text() == source_fingerprint()):
         return
     print(f"[{contender.name}] installing this checkout again (its source changed)", flush=True)
-    pip = [str(contender.python), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall"]
-    subprocess.run([*pip, *regular], check=True)
+    pip = [str(contender.python), "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, "--no-deps", "--force-reinstall", *regular], check=True)
+    check = subprocess.run([str(contender.python), "-m", "pip", "check"], capture_output=True)
+    if check.returncode != 0:  # the checkout needs a package the venv lacks: resolve again
+        subprocess.run([*pip, *regular], check=True)
     marker.write_text(source_fingerprint())
 
 
