@@ -185,3 +185,45 @@ def report(
             "",
         ]
     return "\n".join(lines)
+
+
+def plot(payload: dict[str, Any], path: Any) -> bool:
+    """Chunks/s and time to first chunk p99 of every contender, at each level, over
+    HTTP with a new connection per stream (the in-process contenders too, where
+    there are no HTTP figures); False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib not installed: no plot)")
+        return False
+    results = payload.get("http") or payload.get("in_process") or {}
+    by_contender: dict[str, dict[int, dict[str, Any]]] = {}
+    for key, figures in results.items():
+        name, _, level = key.rpartition(" @ ")
+        by_contender.setdefault(name, {})[int(level)] = figures
+    levels = sorted({level for rows in by_contender.values() for level in rows})
+    figure, (rate, first) = plt.subplots(1, 2, figsize=(13, 5))
+    width = 0.8 / max(1, len(by_contender))
+    for at, (name, rows) in enumerate(by_contender.items()):
+        xs = [index + at * width for index, level in enumerate(levels) if level in rows]
+        kept = [level for level in levels if level in rows]
+        rate.bar(xs, [rows[level]["chunks_per_s"] for level in kept], width, label=name)
+        first.bar(xs, [rows[level]["ttfc_p99_ms"] for level in kept], width, label=name)
+    centre = 0.4 - width / 2
+    for axes, title, unit in (
+        (rate, "throughput", "chunks/s"),
+        (first, "time to first chunk, p99 (log)", "ms"),
+    ):
+        axes.set_xticks([index + centre for index in range(len(levels))])
+        axes.set_xticklabels([f"{level} streams" for level in levels])
+        axes.set_title(title)
+        axes.set_ylabel(unit)
+        axes.grid(True, axis="y", alpha=0.3)
+    first.set_yscale("log")
+    rate.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    return True

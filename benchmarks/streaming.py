@@ -30,7 +30,7 @@ run lasts about a second, and its ratio moved from 1.3x to 2.8x between runs on
 this shared machine; the report gives the median run and every repeat's ratio.
 
 Run: ``python benchmarks/streaming.py`` (a few minutes); writes
-``benchmarks/results/streaming.json`` and ``.md``.
+``benchmarks/results/streaming.json``, ``.md`` and ``.png`` (the plot, with matplotlib).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from stream_models import MAX_ACTIVE, step_time_s
 from harness import ROOT, ensure_venv, serving, versions
 from stream_client import CLIENT_LOOPS, http_run
 from stream_contenders import HTTP_CONTENDERS, InThisEnvironment
-from stream_report import median_run, report, summarise
+from stream_report import median_run, plot, report, summarise
 
 sys.path.insert(0, str(ROOT))
 from examples.generate import CharModel, Prompt
@@ -315,4 +315,5 @@ if __name__ == "__main__":
     (RESULTS / f"{args.name}.json").write_text(json.dumps(payload, indent=2))
     text = report(inproc, generative, http, seen, args.levels, kept)
     (RESULTS / f"{args.name}.md").write_text(text + "\n")
+    plot(payload, RESULTS / f"{args.name}.png")
     print(text)
