@@ -29,7 +29,14 @@ from typing import Any, TypeVar
 from .clock import Clock, Timer
 from .errors import DeadlineExceeded, MicrobatchError
 
-__all__ = ["MAX_BUFFERED_CHUNKS", "Channel", "SlowReader", "Stream", "iterate_from_thread"]
+__all__ = [
+    "MAX_BUFFERED_CHUNKS",
+    "Channel",
+    "SlowReader",
+    "Stream",
+    "iterate_from_thread",
+    "stop_reading",
+]
 
 T = TypeVar("T")
 
@@ -237,6 +244,15 @@ class Channel:
             self.finish(DeadlineExceeded("no chunk came before the stream's deadline"))
         else:
             self.finish(DeadlineExceeded("the stream did not end before its deadline"))
+
+
+async def stop_reading(chunks: AsyncIterator[Any]) -> None:
+    """Stop reading ``chunks``: close it where it can be closed (a stream of a
+    :class:`~microbatch.Service`, or one wrapping it, then frees its slot at the
+    next step); any other async iterator is left as it is."""
+    closing = getattr(chunks, "aclose", None)
+    if closing is not None:
+        await closing()
 
 
 class Stream(AsyncIterator[Any]):

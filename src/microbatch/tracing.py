@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from ._batch_timing import traced_stream
+from .streams import stop_reading
 from .timing import Timing, accepts_timing
 
 __all__ = ["TracedStream", "Tracer", "available", "configure", "current_traceparent"]
@@ -307,10 +308,9 @@ class TracedStream:
 
     async def aclose(self) -> None:
         """Close the stream (the reader is done with it)."""
-        closing = getattr(self._chunks, "aclose", None)
         try:
-            if closing is not None:
-                await closing()
+            if self._chunks is not None:
+                await stop_reading(self._chunks)
         finally:
             if not self._ended:
                 self._timing.span.set_attribute("microbatch.stream.client_left", True)

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from microbatch.errors import DeadlineExceeded, ItemError
-from microbatch.streams import Channel, Stream
+from microbatch.streams import Channel, Stream, stop_reading
 from microbatch.testing import FakeClock
 
 
@@ -78,6 +78,24 @@ async def test_leaving_by_aclose_or_by_dropping_the_stream() -> None:
     Stream(dropped)  # nobody holds it
     assert dropped.left and ends == [dropped]
 
+
+
+async def test_stop_reading_leaves_a_stream_and_lets_any_other_iterator_be() -> None:
+    source, ends = channel(FakeClock())
+    stream = Stream(source)
+    await stop_reading(stream)
+    assert source.left and ends == [source]
+
+    class Plain:  # an async iterator that cannot be closed
+        def __aiter__(self) -> Plain:
+            return self
+
+        async def __anext__(self) -> int:
+            return 1
+
+    plain = Plain()
+    await stop_reading(plain)
+    assert await plain.__anext__() == 1
 
 async def test_a_writer_that_takes_the_chunks_is_called_instead_of_the_reader_woken() -> None:
     source, _ = channel(FakeClock())

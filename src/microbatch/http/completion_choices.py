@@ -11,9 +11,10 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..streams import stop_reading
 from .stop_text import StopText
 
-__all__ = ["Choices", "Piece", "leave"]
+__all__ = ["Choices", "Piece"]
 
 _QUEUED_PIECES = 64  # pieces read ahead of a slow client, for all of a request's choices
 
@@ -75,7 +76,7 @@ class Choices:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for stream in self._streams:
-            await leave(stream)
+            await stop_reading(stream)
 
     async def _read(
         self, index: int, stream: AsyncIterator[Any], text: StopText, max_tokens: int | None
@@ -104,17 +105,10 @@ class Choices:
                     yield Piece(index, last)
                     last = ""
         finally:
-            await leave(stream)  # at once: its slot is freed at the next step
+            await stop_reading(stream)  # at once: its slot is freed at the next step
         # "length": max_tokens was reached, or the model ended where only it knows
         # (no max_tokens asked); "stop": a stop sequence, or the model ended by itself
         # before max_tokens
         ended_early = max_tokens is not None and chunks < max_tokens
         reason = "stop" if text.stopped or ended_early else "length"
         yield Piece(index, last + text.flush(), reason, chunks)
-
-
-async def leave(stream: AsyncIterator[Any]) -> None:
-    """Stop reading ``stream``: a Service's stream frees its slot at the next step."""
-    closing = getattr(stream, "aclose", None)
-    if closing is not None:
-        await closing()

@@ -25,11 +25,12 @@ from typing import Any
 import msgspec
 
 from ..signature import record_fields
+from ..streams import stop_reading
 from ..tracing import Tracer
 from ..types import Servable, StreamingServable, deadline_from
 from .asgi import Receive, Scope, Send, header, send_response
 from .completion_answers import OPENAI_SSE, Answer, whole_answer
-from .completion_choices import Choices, leave
+from .completion_choices import Choices
 from .completion_requests import Asked, ChatMessage, chat_asked, completion_asked
 from .openai_errors import MAX_INPUTS, OpenAIError, param_of, send_error
 from .request_body import ClientDisconnected
@@ -173,7 +174,7 @@ class _Generator:
                 )
         except BaseException:
             for stream in streams:
-                await leave(stream)
+                await stop_reading(stream)
             raise
         return Choices(streams, self.declared.chunk_text)
 

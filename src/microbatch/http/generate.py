@@ -34,6 +34,7 @@ from typing import Any
 import msgspec
 
 from ..inference import InferenceModel, output_values
+from ..streams import stop_reading
 from ..tensors import TensorError
 from ..types import deadline_from
 from .asgi import Receive, Scope, Send, send_response
@@ -147,9 +148,7 @@ async def _whole_answer(model: InferenceModel, item: Any, deadline: float | None
             for name, value in output_values(chunk).items():
                 by_name.setdefault(name, []).append(value)
     finally:
-        closing = getattr(chunks, "aclose", None)
-        if closing is not None:  # a client gone, or an error: the item leaves
-            await closing()
+        await stop_reading(chunks)  # a client gone, or an error: the item leaves
     return {name: _joined(values) for name, values in by_name.items()}
 
 

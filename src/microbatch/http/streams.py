@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from ..streams import stop_reading
 from .asgi import (
     BODY_WRITER_EXTENSION,
     DISCONNECT_EXTENSION,
@@ -270,9 +271,7 @@ async def send_stream(
         watching = False
         if watcher is not None:
             watcher.cancel()
-        closing = getattr(chunks, "aclose", None)
-        if closing is not None:
-            await closing()
+        await stop_reading(chunks)
 
 
 class _AsgiOut:

@@ -20,6 +20,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..http.metrics import RequestCounts
+from ..streams import stop_reading
 from ..timing import Timing, accepts_timing
 from ..types import Servable, StreamingServable
 from ._messages import (
@@ -207,9 +208,7 @@ class _FrontLink:
             async for chunk in chunks:
                 self.channel.post(Chunk(message.request_id, pack_outcome(True, chunk)))
         finally:
-            closing = getattr(chunks, "aclose", None)
-            if closing is not None:
-                await closing()  # cancelled: the item leaves at the next step
+            await stop_reading(chunks)  # cancelled: the item leaves at the next step
 
     def _stream_ended(self, request_id: int, task: asyncio.Task[None]) -> None:
         if self.tasks.pop(request_id, None) is None or task.cancelled():

@@ -20,6 +20,7 @@ from ..http.request_id import REQUEST_ID_HEADER
 from ..http.server_timing import FIRST_CHUNK
 from ..http.stream_route import StreamRequest, StreamRoute
 from ..http.streams import Framing, write_stream
+from ..streams import stop_reading
 from .fast_path import FastPath
 from .limits import CLOSED
 from .responses import CONTINUE, stream_head
@@ -68,9 +69,7 @@ class StreamPath(FastPath):
             self._answer_error(error, route)
             return
         finally:
-            closing = getattr(chunks, "aclose", None)
-            if closing is not None:
-                await closing()
+            await stop_reading(chunks)
         self._task = None
         self._record(route.label, status)
         self.response_complete(status)
