@@ -79,7 +79,6 @@ async def test_leaving_by_aclose_or_by_dropping_the_stream() -> None:
     assert dropped.left and ends == [dropped]
 
 
-
 async def test_stop_reading_leaves_a_stream_and_lets_any_other_iterator_be() -> None:
     source, ends = channel(FakeClock())
     stream = Stream(source)
@@ -96,6 +95,7 @@ async def test_stop_reading_leaves_a_stream_and_lets_any_other_iterator_be() -> 
     plain = Plain()
     await stop_reading(plain)
     assert await plain.__anext__() == 1
+
 
 async def test_a_writer_that_takes_the_chunks_is_called_instead_of_the_reader_woken() -> None:
     source, _ = channel(FakeClock())
