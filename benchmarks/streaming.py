@@ -191,7 +191,8 @@ def run_http(
         with serving(contender.server, contender.env, log) as running:
             host, port = running.base.removeprefix("http://").rsplit(":", 1)
             address = (host, int(port))
-            run_client(http_run(address, contender, 4, [3] * 8))  # warm-up
+            widest = max(levels)  # warm-up: as many connections at once as measured
+            run_client(http_run(address, contender, widest, [3] * widest))
             for concurrency in levels:
                 work = lengths(rounds * concurrency, seed=concurrency)
                 figures = run_client(http_run(address, contender, concurrency, work, keep_alive))
