@@ -22,11 +22,24 @@ class HttpContender:
     path: str
     env: dict[str, str]
     stepwise: bool
+    openai: bool = False
 
     def body(self, length: int) -> bytes:
-        """The request for a stream of ``length`` chunks (microbatch takes the bare
-        number: its item type is ``int``)."""
-        item: object = length if self.server.framework == "microbatch" else {"n": length}
+        """The request for a stream of ``length`` chunks: an OpenAI chat completion of
+        ``max_tokens`` chunks, or microbatch's bare number (its item type is ``int``),
+        or ``{"n": length}``."""
+        item: object
+        if self.openai:
+            item = {
+                "model": "steps",
+                "messages": [{"role": "user", "content": "go"}],
+                "max_tokens": length,
+                "stream": True,
+            }
+        elif self.server.framework == "microbatch":
+            item = length
+        else:
+            item = {"n": length}
         return json.dumps(item).encode()
 
 
@@ -122,6 +135,40 @@ HTTP_CONTENDERS = [
         "/inference",
         {},
         False,
+    ),
+    HttpContender(
+        "microbatch step-wise (OpenAI chat SSE)",
+        Contender(
+            "microbatch-stream-openai",
+            "microbatch",
+            "stream_microbatch:stepwise",
+            _MICROBATCH,
+            "/v1/chat/completions",
+            "/health/ready",
+            "StepModel, thread stage, max_batch_size 64; CompletionModel 'steps'",
+            venv_name="microbatch-stream",
+        ),
+        "/v1/chat/completions",
+        {},
+        True,
+        openai=True,
+    ),
+    HttpContender(
+        "LitServe OpenAISpec + batching (OpenAI chat SSE)",
+        Contender(
+            "litserve-stream-openai",
+            "litserve",
+            "stream_litserve.py",
+            ("litserve==0.2.19",),
+            "/v1/chat/completions",
+            "/health",
+            "OpenAISpec, stream, max_batch_size 64, batch_timeout 10 ms",
+            venv_name="litserve-stream",
+        ),
+        "/v1/chat/completions",
+        {"STREAM_LOOP": "openai"},
+        False,
+        openai=True,
     ),
     HttpContender(
         "Ray Serve @serve.batch generator",

@@ -8,6 +8,11 @@ the batch, which runs until its longest item ends (lockstep).
 (items join and leave between steps; ``max_batch_size=64``).
 
 ``POST /predict`` with ``{"n": chunks}``; each chunk is one line ``@``.
+
+``STREAM_LOOP=openai python stream_litserve.py PORT``: the batched streams of
+``batched`` behind LitServe's ``OpenAISpec``: ``POST /v1/chat/completions`` with
+``"stream": true`` streams ``max_tokens`` chunks ``@`` as OpenAI's Server-Sent Events
+(the items of a batch that ended early get empty deltas until it ends).
 """
 
 import os
@@ -77,9 +82,34 @@ class Continuous(ls.LitAPI):
         return output
 
 
+class OpenAIBatched(ls.LitAPI):
+    """Lockstep behind the OpenAI spec: a request's ``max_tokens`` chunks."""
+
+    def setup(self, device):
+        pass
+
+    def batch(self, inputs):
+        return list(inputs)
+
+    def predict(self, requests, context):
+        lengths = [int(request.max_tokens or 16) for request in requests]
+        for position in range(1, max(lengths) + 1):
+            simulate_step(len(lengths))
+            yield [CHUNK if position <= n else "" for n in lengths]
+
+    def unbatch(self, output):
+        return output
+
+    def encode_response(self, output_stream, context):
+        for outputs in output_stream:
+            yield [{"role": "assistant", "content": chunk} for chunk in outputs]
+
+
 def make_server(kind: str) -> ls.LitServer:
     if kind == "batched":
         api = Batched(max_batch_size=MAX_ACTIVE, batch_timeout=0.01, stream=True)
+    elif kind == "openai":
+        api = OpenAIBatched(max_batch_size=MAX_ACTIVE, batch_timeout=0.01, spec=ls.OpenAISpec())
     else:
         api = Continuous(max_batch_size=MAX_ACTIVE, stream=True, loop=ContinuousBatchingLoop())
     return ls.LitServer(api, accelerator="cpu", workers_per_device=1)

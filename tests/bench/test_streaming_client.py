@@ -98,3 +98,16 @@ async def test_a_client_keeps_its_connection_only_when_kept_alive() -> None:
     other = _counter(keep_alive=False)
     fresh.done(other)
     assert other.transport.closed
+
+
+def test_an_openai_contender_asks_for_a_chat_completion_of_that_many_tokens() -> None:
+    import json
+
+    contenders = load_benchmark("stream_contenders")
+    (openai,) = [c for c in contenders.HTTP_CONTENDERS if c.openai and "microbatch" in c.label]
+    asked = json.loads(openai.body(37))
+    assert asked["max_tokens"] == 37 and asked["stream"] is True
+    assert asked["messages"] == [{"role": "user", "content": "go"}]
+    assert openai.path == "/v1/chat/completions"
+    (plain,) = [c for c in contenders.HTTP_CONTENDERS if c.label.endswith("(HTTP, NDJSON)")][:1]
+    assert json.loads(plain.body(37)) == 37

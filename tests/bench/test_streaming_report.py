@@ -46,3 +46,23 @@ def test_the_median_run_is_the_middle_by_chunks_per_second() -> None:
     runs = [{"chunks_per_s": rate, "run": k} for k, rate in enumerate([30.0, 10.0, 20.0, 40.0])]
     assert stream_report.median_run(runs) == {"chunks_per_s": 20.0, "run": 2}
     assert stream_report.median_run(runs[:3]) == {"chunks_per_s": 20.0, "run": 2}
+
+
+def test_openai_contenders_are_compared_with_each_other_only() -> None:
+    def figures(rate: float, stepwise: bool) -> dict[str, object]:
+        made = stream_report.summarise([(8, 0.004, 0.012, False)], wall=8 / rate)
+        return {**made, "stepwise": stepwise}
+
+    http = {
+        "microbatch step-wise (HTTP, NDJSON) @ 64": figures(300.0, True),
+        "MOSEC SSE @ 64": figures(100.0, False),
+        "microbatch step-wise (OpenAI chat SSE) @ 64": figures(200.0, True),
+        "LitServe OpenAISpec + batching (OpenAI chat SSE) @ 64": figures(50.0, False),
+    }
+    text = stream_report.report({}, {}, http, {}, [64])
+    plain = text.split("microbatch step-wise (HTTP, NDJSON) at 64 streams")[1]
+    plain, openai = plain.split("microbatch step-wise (OpenAI chat SSE) at 64 streams")
+    openai = openai.split("Versions")[0]
+    assert "chunks/s ÷ MOSEC SSE: **3.00x**" in plain and "OpenAI" not in plain
+    assert "chunks/s ÷ LitServe OpenAISpec + batching (OpenAI chat SSE): **4.00x**" in openai
+    assert "MOSEC" not in openai and "NDJSON" not in openai
