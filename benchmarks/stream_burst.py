@@ -36,7 +36,7 @@ from stream_models import MAX_ACTIVE, step_time_s
 
 from harness import ensure_venv, serving
 from stream_client import StreamClient, http_stream
-from stream_contenders import HTTP_CONTENDERS
+from stream_contenders import HTTP_CONTENDERS, HttpContender
 
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 _PAUSE_S = 0.05  # between bursts: the server is idle again when the next one opens
@@ -48,9 +48,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) * _TICK_S
 
 
-async def one_burst(address: tuple[str, int], streams: int, length: int) -> float:
+def contender_named(label: str) -> HttpContender:
+    """The streaming benchmark's HTTP contender whose label starts with ``label``."""
+    (found,) = [c for c in HTTP_CONTENDERS if c.label.startswith(label)]
+    return found
+
+
+async def one_burst(
+    address: tuple[str, int], streams: int, length: int, contender: HttpContender
+) -> float:
     """Open ``streams`` streams at once; the last first chunk's wait, in seconds."""
-    contender = HTTP_CONTENDERS[0]
     clients = [StreamClient(keep_alive=False) for _ in range(streams)]
     waits = await asyncio.gather(
         *(http_stream(address, contender, length, client) for client in clients)
@@ -59,20 +66,24 @@ async def one_burst(address: tuple[str, int], streams: int, length: int) -> floa
 
 
 async def measure(
-    servers: dict[str, tuple[tuple[str, int], int]], bursts: int, streams: int, length: int
+    servers: dict[str, tuple[tuple[str, int], int]],
+    bursts: int,
+    streams: int,
+    length: int,
+    contender: HttpContender,
 ) -> dict[str, tuple[float, list[float]]]:
     """Alternate bursts between ``servers`` (name: address, pid); per server its CPU
     seconds over its bursts and each burst's last wait."""
     for address, _ in servers.values():  # warm up: a few bursts each, not counted
         for _ in range(3):
-            await one_burst(address, streams, length)
+            await one_burst(address, streams, length, contender)
     cpu = dict.fromkeys(servers, 0.0)
     waits: dict[str, list[float]] = {name: [] for name in servers}
     for _ in range(bursts):
         for name, (address, pid) in servers.items():
             await asyncio.sleep(_PAUSE_S)
             before = cpu_seconds(pid)
-            waits[name].append(await one_burst(address, streams, length))
+            waits[name].append(await one_burst(address, streams, length, contender))
             await asyncio.sleep(_PAUSE_S / 2)  # the streams' ends and closes
             cpu[name] += cpu_seconds(pid) - before
     return {name: (cpu[name], waits[name]) for name in servers}
@@ -87,8 +98,14 @@ def main() -> None:
     parser.add_argument(
         "--before-env", action="append", default=[], help="NAME=VALUE for the second server"
     )
+    parser.add_argument(
+        "--contender",
+        default=HTTP_CONTENDERS[0].label,
+        help="the streaming benchmark's HTTP contender (a label's start), as served by"
+        " microbatch: NDJSON /stream by default, or 'microbatch step-wise (OpenAI'",
+    )
     args = parser.parse_args()
-    contender = HTTP_CONTENDERS[0]
+    contender = contender_named(args.contender)
     ensure_venv(contender.server)
     step_ms = step_time_s(args.streams) * 1e3
     logs = Path("/tmp")
@@ -109,7 +126,7 @@ def main() -> None:
         for name, server in running.items():
             host, port = server.base.removeprefix("http://").split(":")
             servers[name] = ((host, int(port)), server.process.pid)
-        results = uvloop.run(measure(servers, args.bursts, args.streams, args.length))
+        results = uvloop.run(measure(servers, args.bursts, args.streams, args.length, contender))
     print(
         f"{args.bursts} bursts of {args.streams} streams of {args.length} chunks, "
         f"new connection each; one step at {args.streams} active: {step_ms:.2f} ms"
