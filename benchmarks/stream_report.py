@@ -9,6 +9,8 @@ from typing import Any
 
 from stream_models import MAX_ACTIVE, step_time_s
 
+from microbatch.plotting import PlotUnavailable, pyplot
+
 
 def summarise(records: list[tuple[int, float, float, bool]], wall: float) -> dict[str, Any]:
     """Chunks/s and the latency percentiles of (length, first chunk s, total s, opened
@@ -111,18 +113,21 @@ def repeats(results: dict[str, Any], ours: str) -> list[str]:
     return [*lines, ""] if lines else []
 
 
-OPENAI_OURS = "microbatch step-wise (OpenAI chat SSE)"
-"""The contender the OpenAI contenders are compared with (the same protocol)."""
+_OPENAI = "(OpenAI chat SSE)"  # in the label of every contender speaking OpenAI's chat
+OURS_OVER_HTTP = {
+    False: "microbatch step-wise (HTTP, NDJSON)",
+    True: f"microbatch step-wise {_OPENAI}",
+}
+"""Per protocol (OpenAI's or not), the contender the others speaking it are compared with."""
 
 
-def _openai(results: dict[str, Any]) -> dict[str, Any]:
-    """The contenders that speak OpenAI's chat completions."""
-    return {key: figures for key, figures in results.items() if "(OpenAI chat SSE)" in key}
-
-
-def _plain(results: dict[str, Any]) -> dict[str, Any]:
-    """The contenders that stream on their own protocols."""
-    return {key: figures for key, figures in results.items() if "(OpenAI chat SSE)" not in key}
+def _http_targets(results: dict[str, Any], step_ms: float) -> list[str]:
+    """The targets over HTTP: each protocol's contenders against ours speaking it."""
+    lines: list[str] = []
+    for openai, ours in OURS_OVER_HTTP.items():
+        speaking = {key: f for key, f in results.items() if (_OPENAI in key) == openai}
+        lines += targets(speaking, ours, 64, step_ms)
+    return lines
 
 
 def report(
@@ -177,8 +182,7 @@ def report(
             "",
             *table(http),
             "",
-            *targets(_plain(http), "microbatch step-wise (HTTP, NDJSON)", 64, step_ms),
-            *targets(_openai(http), OPENAI_OURS, 64, step_ms),
+            *_http_targets(http, step_ms),
         ]
     if kept_alive:
         lines += [
@@ -190,8 +194,7 @@ def report(
             "",
             *table(kept_alive),
             "",
-            *targets(_plain(kept_alive), "microbatch step-wise (HTTP, NDJSON)", 64, step_ms),
-            *targets(_openai(kept_alive), OPENAI_OURS, 64, step_ms),
+            *_http_targets(kept_alive, step_ms),
         ]
     if http or kept_alive:
         lines += [
@@ -208,11 +211,8 @@ def plot(payload: dict[str, Any], path: Any) -> bool:
     HTTP with a new connection per stream (the in-process contenders too, where
     there are no HTTP figures); False without matplotlib."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+        plt = pyplot()
+    except PlotUnavailable:
         print("(matplotlib not installed: no plot)")
         return False
     results = payload.get("http") or payload.get("in_process") or {}
