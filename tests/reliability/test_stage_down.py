@@ -71,9 +71,12 @@ def test_a_dead_stage_is_not_ready_fails_fast_and_backs_off(tmp_path: Path) -> N
     )
     assert not_ready_after_s <= 1.0
     assert all(r.status == 503 and r.headers.get("retry-after") for r in replies)
-    # One request at a time on one connection: what the client sees is the measure
-    # (on this shared machine a single stall of either process can pass 50 ms).
-    assert percentile(seconds, 0.99) < 0.050
+    # Fail-fast is the server's own measure: every 503 written within 50 ms of its
+    # request. The client's median must agree; its tail is not asserted: on this
+    # shared machine one stall of the client process (once 1.0 s of 76, while the
+    # server had 76/76 under 50 ms) says nothing of the server.
+    assert fast == len(replies)
+    assert percentile(seconds, 0.5) < 0.050
     assert set(live) == {200}
     assert len(rounds) >= 2 and all(b > 1.5 * a for a, b in pairwise(pauses))
     assert pauses[0] >= 1.0  # not a tight loop

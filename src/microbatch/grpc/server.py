@@ -323,8 +323,11 @@ class GrpcServer:
                 headers = _trace_headers(context)
                 traced = self.tracer.named_stream_span("ModelStreamInfer", headers)
             chunks = model.stream(inputs, deadline=deadline, outputs=wanted, traced=traced)
-            async for tensors in chunks:
-                await send(_streamed(_reply(model.name, request.id, tensors), final=False))
+            # closed at once, even when cancelled while a response waits for room:
+            # the item leaves at its next step (not when the collector finds it)
+            async with contextlib.aclosing(chunks):
+                async for tensors in chunks:
+                    await send(_streamed(_reply(model.name, request.id, tensors), final=False))
             wants_end = request.parameters.get("triton_enable_empty_final_response")
             if wants_end is not None and wants_end.bool_param:
                 await send(_streamed(_reply(model.name, request.id, []), final=True))
