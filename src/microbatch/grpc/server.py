@@ -32,6 +32,7 @@ import grpc
 from .. import __version__
 from ..http.status import NotReady
 from ..inference import InferenceModel
+from ..streams import stop_reading
 from ..tensors import Tensor, TensorError, from_json, from_raw, to_raw
 from ..timing import Timing
 from ..types import deadline_from
@@ -323,11 +324,11 @@ class GrpcServer:
                 headers = _trace_headers(context)
                 traced = self.tracer.named_stream_span("ModelStreamInfer", headers)
             chunks = model.stream(inputs, deadline=deadline, outputs=wanted, traced=traced)
-            # closed at once, even when cancelled while a response waits for room:
-            # the item leaves at its next step (not when the collector finds it)
-            async with contextlib.aclosing(chunks):
+            try:
                 async for tensors in chunks:
                     await send(_streamed(_reply(model.name, request.id, tensors), final=False))
+            finally:  # even when cancelled while a response waits for room: the item
+                await stop_reading(chunks)  # leaves now, not when the collector finds it
             wants_end = request.parameters.get("triton_enable_empty_final_response")
             if wants_end is not None and wants_end.bool_param:
                 await send(_streamed(_reply(model.name, request.id, []), final=True))
