@@ -1,11 +1,10 @@
 """Gathering joiners against continuous admission, on the generative example.
 
 Starting items costs about a step, which every active stream waits for; the step
-loop can let joiners gather (``StepLoop(min_joiners=..., max_join_wait_s=...)``)
-so that one start serves several. This runs ``examples/generate.py`` in-process at
+loop can let joiners gather (``Stage(min_joiners=..., max_join_wait_ms=...)``) so
+that one start serves several. This runs ``examples/generate.py`` in-process at
 64 closed-loop streams (the lengths of ``benchmarks/streaming.py``), alternating
-the settings so that the machine's noise hits each alike. The setting is not on
-``Stage``: the run sets the step loop's defaults for each contender.
+the settings so that the machine's noise hits each alike.
 
 Run: ``python benchmarks/stream_admission.py`` (about 40 s); prints one line per run.
 """
@@ -14,39 +13,54 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
+import statistics
 from typing import Any
 
-from streaming import lengths, run_one  # first: it puts the repository root on sys.path
+# first: it puts the repository root on sys.path
+from streaming import CharLockstep, lengths, run_one
 
 # isort: split
 from examples.generate import CharModel, Prompt
-from microbatch import stepping
 
-SETTINGS = {"continuous": (1, 0.0), "gather 8 / 2 ms": (8, 0.002), "gather 16 / 4 ms": (16, 0.004)}
+SETTINGS = {"continuous": (1, 0.0), "gather 8 / 2 ms": (8, 2.0), "gather 16 / 4 ms": (16, 4.0)}
 
 
 async def main(streams: int, rounds: int, repeats: int) -> None:
-    """Each setting ``repeats`` times, alternating; one line of figures per run."""
-    original = stepping.StepLoop.__init__
+    """Each setting, and lockstep, ``repeats`` times, alternating; one line of figures
+    per run, then per setting its median chunks/s, its median ratio to lockstep in
+    the same repeat, and its median TTFC p99 in its own step times."""
     work = lengths(rounds * streams, seed=streams)
-    try:
-        for _ in range(repeats):
-            for label, (min_joiners, wait_s) in SETTINGS.items():
-                stepping.StepLoop.__init__ = functools.partialmethod(  # type: ignore[method-assign]
-                    original, min_joiners=min_joiners, max_join_wait_s=wait_s
-                )
-                figures: dict[str, Any] = await run_one(
-                    CharModel,
-                    streams,
-                    work,
-                    item=lambda n: Prompt("Beautiful is ", max_tokens=n),
-                    kwargs={"train_s": 2.0},
-                )
-                shown = {k: round(v, 2) for k, v in figures.items() if isinstance(v, float)}
-                print(f"{label:18} {shown}", flush=True)
-    finally:
-        stepping.StepLoop.__init__ = original  # type: ignore[method-assign]
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label in [*SETTINGS, "lockstep"]}
+    for _ in range(repeats):
+        for label in runs:
+            model, options = CharModel, {}
+            if label == "lockstep":
+                model = CharLockstep  # type: ignore[assignment]
+            else:
+                min_joiners, wait_ms = SETTINGS[label]
+                options = {"min_joiners": min_joiners, "max_join_wait_ms": wait_ms}
+            figures: dict[str, Any] = await run_one(
+                model,
+                streams,
+                work,
+                item=lambda n: Prompt("Beautiful is ", max_tokens=n),
+                kwargs={"train_s": 2.0},
+                stage_options=options,
+            )
+            runs[label].append(figures)
+            shown = {k: round(v, 2) for k, v in figures.items() if isinstance(v, float)}
+            print(f"{label:18} {shown}", flush=True)
+    lockstep = runs.pop("lockstep")
+    for label, done in runs.items():
+        pairs = zip(done, lockstep, strict=True)
+        ratios = [mine["chunks_per_s"] / theirs["chunks_per_s"] for mine, theirs in pairs]
+        steps = [run["ttfc_p99_ms"] / run["mean_step_ms"] for run in done]
+        each = ", ".join(f"{ratio:.2f}" for ratio in ratios)
+        print(
+            f"{label:18} chunks/s {statistics.median(r['chunks_per_s'] for r in done):,.0f}"
+            f"  ÷ lockstep {statistics.median(ratios):.2f}x ({each})"
+            f"  TTFC p99 {statistics.median(steps):.1f} step times"
+        )
 
 
 if __name__ == "__main__":

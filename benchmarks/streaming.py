@@ -98,11 +98,17 @@ async def run_one(
     work: list[int],
     item: Callable[[int], Any] = int,
     kwargs: dict[str, Any] | None = None,
+    stage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Stream every length in ``work`` (``item(length)`` is what is sent) with
-    ``concurrency`` clients; the figures."""
+    ``concurrency`` clients; the figures. ``stage_options``: more ``Stage`` settings."""
     stage = Stage(
-        model, mode="thread", max_batch_size=MAX_ACTIVE, max_queue=10_000, kwargs=kwargs or {}
+        model,
+        mode="thread",
+        max_batch_size=MAX_ACTIVE,
+        max_queue=10_000,
+        kwargs=kwargs or {},
+        **(stage_options or {}),
     )
     service = Service(stage)
     records: list[tuple[int, float, float, bool]] = []  # length, first s, total s, at start

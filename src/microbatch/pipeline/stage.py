@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import pickle
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -55,6 +56,12 @@ class Stage:
         max_buffered_chunks: A streaming stage's most chunks per stream unread by its
             caller; one more ends the stream with :class:`~microbatch.SlowReader`
             (None: no limit).
+        min_joiners, max_join_wait_ms: A step model whose ``start`` costs about a
+            step whatever it starts (a prompt read before the first token): while
+            items are active, queued items wait to join until ``min_joiners`` of
+            them wait, they fill every free place, or the oldest has waited
+            ``max_join_wait_ms``, so that one start serves several (as vLLM's
+            scheduler delay). The defaults (1, 0) start every item at the next step.
     """
 
     model: type[Model]
@@ -86,6 +93,8 @@ class Stage:
     env: Env = field(default_factory=dict)
     cpus: Cpus = None
     max_buffered_chunks: int | None = MAX_BUFFERED_CHUNKS
+    min_joiners: int = 1
+    max_join_wait_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if not (isinstance(self.model, type) and issubclass(self.model, Model)):
@@ -102,6 +111,12 @@ class Stage:
             raise ValueError(
                 f"max_buffered_chunks must be an int >= 1 or None, got {self.max_buffered_chunks!r}"
             )
+        joiners = self.min_joiners
+        if isinstance(joiners, bool) or not isinstance(joiners, int) or joiners < 1:
+            raise ValueError(f"min_joiners must be an int >= 1, got {self.min_joiners!r}")
+        wait = self.max_join_wait_ms
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait < math.inf:
+            raise ValueError(f"max_join_wait_ms must be a number >= 0, got {wait!r}")
         if not isinstance(self.batching, BatchConfig):
             raise TypeError(f"batching must be a BatchConfig, got {self.batching!r}")
         if self.max_concurrent_batches not in (None, self.workers):

@@ -194,6 +194,8 @@ class StepStage:
                 max_cost=config.max_batch_cost,
                 cost_mode=config.batch_cost,
                 max_buffered=self.stage.max_buffered_chunks,
+                min_joiners=self.stage.min_joiners,
+                max_join_wait_s=self.stage.max_join_wait_ms / 1000,
             )
             for runner in self._runners
         ]
