@@ -6,7 +6,9 @@ that one start serves several. This runs ``examples/generate.py`` in-process at
 64 closed-loop streams (the lengths of ``benchmarks/streaming.py``), alternating
 the settings so that the machine's noise hits each alike.
 
-Run: ``python benchmarks/stream_admission.py`` (about 40 s); prints one line per run.
+Run: ``python benchmarks/stream_admission.py`` (about 2 minutes); prints one line
+per run, then a summary per setting (ratios to lockstep, TTFC in step times).
+``--mode thread`` runs the model in a thread instead of a worker process.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from examples.generate import CharModel, Prompt
 SETTINGS = {"continuous": (1, 0.0), "gather 8 / 2 ms": (8, 2.0), "gather 16 / 4 ms": (16, 4.0)}
 
 
-async def main(streams: int, rounds: int, repeats: int) -> None:
+async def main(streams: int, rounds: int, repeats: int, mode: str) -> None:
     """Each setting, and lockstep, ``repeats`` times, alternating; one line of figures
     per run, then per setting its median chunks/s, its median ratio to lockstep in
     the same repeat, and its median TTFC p99 in its own step times."""
@@ -33,12 +35,12 @@ async def main(streams: int, rounds: int, repeats: int) -> None:
     runs: dict[str, list[dict[str, Any]]] = {label: [] for label in [*SETTINGS, "lockstep"]}
     for _ in range(repeats):
         for label in runs:
-            model, options = CharModel, {}
+            model, options = CharModel, dict[str, Any](mode=mode)
             if label == "lockstep":
                 model = CharLockstep  # type: ignore[assignment]
             else:
                 min_joiners, wait_ms = SETTINGS[label]
-                options = {"min_joiners": min_joiners, "max_join_wait_ms": wait_ms}
+                options |= {"min_joiners": min_joiners, "max_join_wait_ms": wait_ms}
             figures: dict[str, Any] = await run_one(
                 model,
                 streams,
@@ -68,5 +70,8 @@ if __name__ == "__main__":
     parser.add_argument("--streams", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=8, help="streams per client")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--mode", choices=["process", "thread"], default="process", help="where the model runs"
+    )
     arguments = parser.parse_args()
-    asyncio.run(main(arguments.streams, arguments.rounds, arguments.repeats))
+    asyncio.run(main(arguments.streams, arguments.rounds, arguments.repeats, arguments.mode))

@@ -130,9 +130,16 @@ def _http_targets(results: dict[str, Any], step_ms: float) -> list[str]:
     return lines
 
 
+_WHERE = {
+    "process": "the model in a worker process, as `examples.generate` serves it",
+    "thread": "the model in a thread of the serving process (sharing the GIL with the"
+    " loop that hands out its chunks)",
+}
+
+
 def report(
     inproc: dict[str, Any],
-    generative: dict[str, Any],
+    generative: dict[str, dict[str, Any]],
     http: dict[str, Any],
     seen: dict[str, str],
     levels: list[int],
@@ -160,10 +167,10 @@ def report(
         "",
         *targets(inproc, "microbatch step-wise", 64, step_ms),
     ]
-    if generative:
-        mean_step = generative.get("generate.py step-wise @ 64", {}).get("mean_step_ms", 0.0)
+    for mode, results in generative.items():
+        mean_step = results.get("generate.py step-wise @ 64", {}).get("mean_step_ms", 0.0)
         lines += [
-            "## The generative example (`examples/generate.py`, in-process)",
+            f"## The generative example (`examples/generate.py`, in-process): {_WHERE[mode]}",
             "",
             "A character GRU (torch, hidden 128, one thread) trained 2 s at start-up;"
             " lengths drawn as above as `max_tokens`. Lockstep: the same model as a"
@@ -171,10 +178,10 @@ def report(
             " several times, alternated with the other; the table shows its run of"
             " median chunks/s.",
             "",
-            *table(generative),
+            *table(results),
             "",
-            *targets(generative, "generate.py step-wise", 64, mean_step),
-            *repeats(generative, "generate.py step-wise"),
+            *targets(results, "generate.py step-wise", 64, mean_step),
+            *repeats(results, "generate.py step-wise"),
         ]
     if http:
         lines += [

@@ -27,7 +27,10 @@ lockstep's.
 The generative example runs ``--generative-repeats`` times (3) per contender and
 level, alternated, with ``--generative-rounds`` (8) streams per client: a single
 run lasts about a second, and its ratio moved from 1.3x to 2.8x between runs on
-this shared machine; the report gives the median run and every repeat's ratio.
+this shared machine; the report gives the median run and every repeat's ratio. It
+runs its model in a worker process, as ``examples.generate`` serves it, then in a
+thread of the serving process (``--generative-modes``): there the model's Python
+shares the GIL with the loop handing out its chunks.
 
 Run: ``python benchmarks/streaming.py`` (a few minutes); writes
 ``benchmarks/results/streaming.json``, ``.md`` and ``.png`` (the plot, with matplotlib).
@@ -102,14 +105,8 @@ async def run_one(
 ) -> dict[str, Any]:
     """Stream every length in ``work`` (``item(length)`` is what is sent) with
     ``concurrency`` clients; the figures. ``stage_options``: more ``Stage`` settings."""
-    stage = Stage(
-        model,
-        mode="thread",
-        max_batch_size=MAX_ACTIVE,
-        max_queue=10_000,
-        kwargs=kwargs or {},
-        **(stage_options or {}),
-    )
+    settings: dict[str, Any] = {"mode": "thread", "max_batch_size": MAX_ACTIVE, "max_queue": 10_000}
+    stage = Stage(model, kwargs=kwargs or {}, **{**settings, **(stage_options or {})})
     service = Service(stage)
     records: list[tuple[int, float, float, bool]] = []  # length, first s, total s, at start
     queue = list(reversed(work))
@@ -225,11 +222,14 @@ async def run_in_process(rounds: int, levels: list[int]) -> dict[str, Any]:
     return results
 
 
-async def run_generative(rounds: int, levels: list[int], repeats: int) -> dict[str, Any]:
-    """The generative example, step-wise and lockstep, at every level, ``repeats``
-    times in alternation; per contender the run of median chunks/s, the step-wise
-    one with every repeat's ratio (``ratios``: its chunks/s over lockstep's in the
-    same repeat)."""
+async def run_generative(
+    rounds: int, levels: list[int], repeats: int, mode: str = "process"
+) -> dict[str, Any]:
+    """The generative example, step-wise and lockstep, its model in a worker
+    ``mode`` (``"process"`` or ``"thread"``), at every level, ``repeats`` times in
+    alternation; per contender the run of median chunks/s, the step-wise one with
+    every repeat's ratio (``ratios``: its chunks/s over lockstep's in the same
+    repeat)."""
     results: dict[str, Any] = {}
     for concurrency in levels:
         work = lengths(rounds * concurrency, seed=concurrency)
@@ -242,6 +242,7 @@ async def run_generative(rounds: int, levels: list[int], repeats: int) -> dict[s
                     work,
                     item=lambda n: Prompt("Beautiful is ", max_tokens=n),
                     kwargs={"train_s": 2.0},
+                    stage_options={"mode": mode},
                 )
                 figures["stepwise"] = model is CharModel
                 runs[name].append(figures)
@@ -270,6 +271,13 @@ if __name__ == "__main__":
         help="runs of each generative contender, alternated (the median is reported)",
     )
     parser.add_argument("--no-http", action="store_true", help="in-process contenders only")
+    parser.add_argument(
+        "--generative-modes",
+        nargs="+",
+        choices=["process", "thread"],
+        default=["process", "thread"],
+        help="where the generative example's model runs (process: as it is served)",
+    )
     parser.add_argument("--no-generative", action="store_true", help="skip examples/generate.py")
     parser.add_argument(
         "--no-simulated", action="store_true", help="skip the simulated model in-process"
@@ -289,13 +297,12 @@ if __name__ == "__main__":
     )
     args = parser.parse_args()
     inproc = {} if args.no_simulated else asyncio.run(run_in_process(args.rounds, args.levels))
-    generative = (
-        {}
-        if args.no_generative
-        else asyncio.run(
-            run_generative(args.generative_rounds, args.levels, args.generative_repeats)
+    generative = {
+        mode: asyncio.run(
+            run_generative(args.generative_rounds, args.levels, args.generative_repeats, mode)
         )
-    )
+        for mode in ([] if args.no_generative else args.generative_modes)
+    }
     http: dict[str, Any] = {}
     kept: dict[str, Any] = {}
     seen: dict[str, str] = {}

@@ -66,3 +66,28 @@ def test_openai_contenders_are_compared_with_each_other_only() -> None:
     assert "chunks/s ÷ MOSEC SSE: **3.00x**" in plain and "OpenAI" not in plain
     assert "chunks/s ÷ LitServe OpenAISpec + batching (OpenAI chat SSE): **4.00x**" in openai
     assert "MOSEC" not in openai and "NDJSON" not in openai
+
+
+def test_the_generative_example_has_a_section_per_place_its_model_ran() -> None:
+    def figures(rate: float, stepwise: bool, step_ms: float) -> dict[str, object]:
+        made = stream_report.summarise([(8, 0.004, 0.012, False)], wall=8 / rate)
+        return {**made, "stepwise": stepwise, "mean_step_ms": step_ms}
+
+    generative = {
+        "process": {
+            "generate.py step-wise @ 64": figures(250.0, True, 1.0),
+            "generate.py lockstep @ 64": figures(100.0, False, 0.5),
+        },
+        "thread": {
+            "generate.py step-wise @ 64": figures(180.0, True, 2.0),
+            "generate.py lockstep @ 64": figures(100.0, False, 0.5),
+        },
+    }
+    text = stream_report.report({}, generative, {}, {}, [64])
+    _, process, thread = text.split("## The generative example")
+    assert "a worker process, as `examples.generate` serves it" in process
+    assert "chunks/s ÷ generate.py lockstep: **2.50x** (target ≥ 2x: met)" in process
+    assert "TTFC p99 = **4.0 step times** (target ≤ 5: met)" in process
+    assert "a thread of the serving process" in thread
+    assert "chunks/s ÷ generate.py lockstep: **1.80x** (target ≥ 2x: missed)" in thread
+    assert "TTFC p99 = **2.0 step times**" in thread
