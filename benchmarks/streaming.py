@@ -61,7 +61,7 @@ from stream_contenders import HTTP_CONTENDERS, InThisEnvironment
 from stream_report import median_run, plot, report, summarise
 
 sys.path.insert(0, str(ROOT))
-from examples.generate import CharModel, Prompt
+from examples.generate import CharModel, Prompt, make_service
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -163,6 +163,10 @@ class CharLockstep(microbatch.Model):
 GENERATIVE = {"generate.py step-wise": CharModel, "generate.py lockstep": CharLockstep}
 """The generative example (a character GRU, torch, trained 2 s at start-up)."""
 
+_SHIPPED = make_service().stages[0]
+_JOINING = {"min_joiners": _SHIPPED.min_joiners, "max_join_wait_ms": _SHIPPED.max_join_wait_ms}
+"""How the example gathers its joiners (its step-wise runs do as it does)."""
+
 
 # -- over HTTP -------------------------------------------------------------------------
 
@@ -242,7 +246,7 @@ async def run_generative(
                     work,
                     item=lambda n: Prompt("Beautiful is ", max_tokens=n),
                     kwargs={"train_s": 2.0},
-                    stage_options={"mode": mode},
+                    stage_options={"mode": mode, **(_JOINING if model is CharModel else {})},
                 )
                 figures["stepwise"] = model is CharModel
                 runs[name].append(figures)

@@ -209,7 +209,16 @@ def make_service(train_s: float | None = None) -> microbatch.Service[Prompt, lis
     if train_s is None:
         train_s = float(os.environ.get("MICROBATCH_GENERATE_TRAIN_S", "5"))
     service = microbatch.Service(
-        microbatch.Stage(CharModel, kwargs={"train_s": train_s}, max_batch_size=64),
+        microbatch.Stage(
+            CharModel,
+            kwargs={"train_s": train_s},
+            max_batch_size=64,
+            # Reading one prompt costs about a step of 64 requests (the GRU reads its
+            # characters one after another): while others generate, new requests
+            # wait up to 2 ms for company, and one start reads several prompts.
+            min_joiners=8,
+            max_join_wait_ms=2.0,
+        ),
         examples=[Prompt("Beautiful is ", max_tokens=4)],
         name="generate",
     )
