@@ -25,9 +25,10 @@ lockstep contender; TTFC p99 ≤ 5 step times; short streams' total p99 ≤ a th
 lockstep's.
 
 The generative example runs ``--generative-repeats`` times (3) per contender and
-level, alternated, with ``--generative-rounds`` (8) streams per client: a single
-run lasts about a second, and its ratio moved from 1.3x to 2.8x between runs on
-this shared machine; the report gives the median run and every repeat's ratio. It
+level, alternated, with ``--generative-rounds`` (16) streams per client: a run
+lasts about two seconds (with 8, about one, its ratio moved from 1.3x to 2.8x
+between runs on this shared machine); the report gives the median run and every
+repeat's ratio. It
 runs its model in a worker process, as ``examples.generate`` serves it, then in a
 thread of the serving process (``--generative-modes``): there the model's Python
 shares the GIL with the loop handing out its chunks.
@@ -266,7 +267,7 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=4, help="streams per client")
     parser.add_argument("--levels", type=int, nargs="+", default=[16, 64])
     parser.add_argument(
-        "--generative-rounds", type=int, default=8, help="streams per client, generative example"
+        "--generative-rounds", type=int, default=16, help="streams per client, generative example"
     )
     parser.add_argument(
         "--generative-repeats",
