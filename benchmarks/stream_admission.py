@@ -35,14 +35,12 @@ async def main(streams: int, rounds: int, repeats: int, mode: str) -> None:
     runs: dict[str, list[dict[str, Any]]] = {label: [] for label in [*SETTINGS, "lockstep"]}
     for _ in range(repeats):
         for label in runs:
-            model, options = CharModel, dict[str, Any](mode=mode)
-            if label == "lockstep":
-                model = CharLockstep  # type: ignore[assignment]
-            else:
+            options: dict[str, Any] = {"mode": mode}
+            if label in SETTINGS:
                 min_joiners, wait_ms = SETTINGS[label]
                 options |= {"min_joiners": min_joiners, "max_join_wait_ms": wait_ms}
             figures: dict[str, Any] = await run_one(
-                model,
+                CharLockstep if label == "lockstep" else CharModel,
                 streams,
                 work,
                 item=lambda n: Prompt("Beautiful is ", max_tokens=n),

@@ -28,10 +28,9 @@ The generative example runs ``--generative-repeats`` times (3) per contender and
 level, alternated, with ``--generative-rounds`` (16) streams per client: a run
 lasts about two seconds (with 8, about one, its ratio moved from 1.3x to 2.8x
 between runs on this shared machine); the report gives the median run and every
-repeat's ratio. It
-runs its model in a worker process, as ``examples.generate`` serves it, then in a
-thread of the serving process (``--generative-modes``): there the model's Python
-shares the GIL with the loop handing out its chunks.
+repeat's ratio. It runs its model in a worker process, as ``examples.generate``
+serves it, then in a thread of the serving process (``--generative-modes``): there
+the model's Python shares the GIL with the loop handing out its chunks.
 
 Run: ``python benchmarks/streaming.py`` (a few minutes); writes
 ``benchmarks/results/streaming.json``, ``.md`` and ``.png`` (the plot, with matplotlib).
@@ -62,7 +61,8 @@ from stream_contenders import HTTP_CONTENDERS, InThisEnvironment
 from stream_report import median_run, plot, report, summarise
 
 sys.path.insert(0, str(ROOT))
-from examples.generate import CharModel, Prompt, make_service
+from examples.generate import CharModel, Prompt
+from examples.generate import service as shipped_service
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -164,7 +164,7 @@ class CharLockstep(microbatch.Model):
 GENERATIVE = {"generate.py step-wise": CharModel, "generate.py lockstep": CharLockstep}
 """The generative example (a character GRU, torch, trained 2 s at start-up)."""
 
-_SHIPPED = make_service().stages[0]
+_SHIPPED = shipped_service.stages[0]
 _JOINING = {"min_joiners": _SHIPPED.min_joiners, "max_join_wait_ms": _SHIPPED.max_join_wait_ms}
 """How the example gathers its joiners (its step-wise runs do as it does)."""
 
@@ -230,7 +230,7 @@ async def run_in_process(rounds: int, levels: list[int]) -> dict[str, Any]:
 async def run_generative(
     rounds: int, levels: list[int], repeats: int, mode: str = "process"
 ) -> dict[str, Any]:
-    """The generative example, step-wise and lockstep, its model in a worker
+    """The generative example, step-wise and lockstep, its model in a worker of
     ``mode`` (``"process"`` or ``"thread"``), at every level, ``repeats`` times in
     alternation; per contender the run of median chunks/s, the step-wise one with
     every repeat's ratio (``ratios``: its chunks/s over lockstep's in the same
