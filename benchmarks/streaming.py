@@ -153,8 +153,10 @@ class CharLockstep(microbatch.Model):
         self.model.setup(worker)
 
     def predict(self, batch: list[Prompt]) -> Iterator[list[Any]]:
-        states = self.model.start(batch)
-        left = [prompt.max_tokens for prompt in batch]
+        started = self.model.start(batch)  # each prompt read, its first character drawn
+        states = [first.state for first in started]  # type: ignore[union-attr]
+        yield [first.chunk for first in started]  # type: ignore[union-attr]
+        left = [prompt.max_tokens - 1 for prompt in batch]
         for _ in range(max(left)):
             chunks, _ = self.model.step(states)  # type: ignore[arg-type]
             yield [chunk if n > 0 else END for chunk, n in zip(chunks, left, strict=True)]

@@ -84,7 +84,7 @@ class _Generation:
     """One request's state in the worker."""
 
     hidden: Any  # torch.Tensor [hidden]
-    last: int  # index of the last character (the next step's input)
+    last: int  # index of the last character made (the next step's input)
     left: int  # characters still to make
     temperature: float
 
@@ -147,9 +147,12 @@ class CharModel(microbatch.StepModel):
             loss.backward()
             optimiser.step()
 
-    def start(self, items: list[Prompt]) -> list[_Generation | microbatch.ItemError]:
+    def start(self, items: list[Prompt]) -> list[microbatch.Started | microbatch.ItemError]:
         """Read the prompts into their hidden states, one GRU call for the prompts
-        of each length; a prompt with a character the model never saw fails alone."""
+        of each length, and draw each one's first character from its last state:
+        reading a prompt makes its first chunk (``Started``), so a wave of new
+        requests needs no step of its own. A prompt with a character the model never
+        saw fails alone."""
         import torch
 
         states: list[_Generation | microbatch.ItemError] = []
@@ -161,9 +164,11 @@ class CharModel(microbatch.StepModel):
                 states.append(microbatch.ItemError(f"the model never saw the characters {unknown}"))
                 continue
             codes = text.translate(self.to_codes).encode("latin-1")  # a byte per character
-            if len(codes) > 1:  # all but the last character: its input is the first step's
-                by_length.setdefault(len(codes) - 1, []).append((len(states), codes[:-1]))
-            states.append(_Generation(self.no_state, codes[-1], item.max_tokens, item.temperature))
+            by_length.setdefault(len(codes), []).append((len(states), codes))
+            states.append(_Generation(self.no_state, 0, item.max_tokens, item.temperature))
+        generations = [state for state in states if isinstance(state, _Generation)]
+        if not generations:
+            return list(states)
         with torch.inference_mode():
             for length, prompts in by_length.items():
                 rows = bytearray(b"".join(codes for _, codes in prompts))
@@ -173,7 +178,11 @@ class CharModel(microbatch.StepModel):
                     state = states[index]
                     assert isinstance(state, _Generation)
                     state.hidden = row
-        return states
+            firsts = iter(self._next(generations, torch.stack([s.hidden for s in generations])))
+        return [
+            state if isinstance(state, microbatch.ItemError) else self._started(state, next(firsts))
+            for state in states
+        ]
 
     def step(self, states: list[_Generation]) -> tuple[list[str], list[bool]]:
         """One character for every active request, in one batched GRU step."""
@@ -182,15 +191,25 @@ class CharModel(microbatch.StepModel):
         with torch.inference_mode():
             inputs = torch.tensor([state.last for state in states])
             hidden = self.cell(self.embed(inputs), torch.stack([s.hidden for s in states]))
-            temperatures = torch.tensor([state.temperature for state in states])
-            probabilities = torch.softmax(self.out(hidden) / temperatures[:, None], dim=-1)
-            chosen = self._draw(probabilities)
+            chosen = self._next(states, hidden)
         chunks, finished = [], []
         for state, code, row in zip(states, chosen, hidden.unbind(), strict=True):
             state.hidden, state.last, state.left = row, code, state.left - 1
             chunks.append(self.alphabet[code])
             finished.append(state.left == 0)
         return chunks, finished
+
+    def _started(self, state: _Generation, code: int) -> microbatch.Started:
+        state.last, state.left = code, state.left - 1
+        return microbatch.Started(state, self.alphabet[code], finished=state.left == 0)
+
+    def _next(self, states: list[_Generation], hidden: Any) -> list[int]:
+        """The next character of each state, drawn from ``hidden`` (a row each) at
+        its temperature."""
+        import torch
+
+        temperatures = torch.tensor([state.temperature for state in states])
+        return self._draw(torch.softmax(self.out(hidden) / temperatures[:, None], dim=-1))
 
     def _draw(self, probabilities: Any) -> list[int]:
         """One character per row, drawn from its probabilities: a uniform number per

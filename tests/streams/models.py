@@ -15,7 +15,8 @@ class Counter(StepModel):
     """Item ``"name:n"`` streams ``"name-0"`` ... ``"name-{n-1}"``; ``"name:n:fail@k"``
     fails at step ``k`` (raising: the step is bisected); ``"pid"`` streams the
     worker's process id forever (until its caller leaves), ``"wide"`` 16 KiB strings
-    forever (to fill socket buffers in few steps)."""
+    forever (to fill socket buffers in few steps); ``"lock:n"`` a chunk that cannot
+    be pickled."""
 
     gate: threading.Event | None = None  # tests may hold every step at this gate
     steps: list[list[str]] = []  # noqa: RUF012 - the names stepped, per step (thread mode)
@@ -52,6 +53,8 @@ WIDE = "w" * 16384
 def _chunk(name: str, position: int) -> Any:
     if name == "pid":
         return os.getpid()
+    if name == "lock":  # a chunk that cannot be pickled
+        return threading.Lock()
     return WIDE if name == "wide" else f"{name}-{position}"
 
 
@@ -62,6 +65,27 @@ class Lockstep(Model):
     def predict(self, batch: list[int]) -> Iterator[list[Any]]:
         for position in range(max(batch)):
             yield [position if position < n else END for n in batch]
+
+
+class Echo(StepModel):
+    """Item ``b`` (bytes) streams ``b`` once, then its reverse; its ``start`` marks
+    the file ``mark`` (when given) before it returns."""
+
+    def __init__(self, mark: str = "") -> None:
+        self.mark = mark
+
+    def start(self, items: list[bytes]) -> list[list[Any]]:
+        if self.mark:
+            with open(self.mark, "w"):
+                pass
+        return [[item, 0] for item in items]
+
+    def step(self, states: list[list[Any]]) -> tuple[list[bytes], list[bool]]:
+        chunks = []
+        for state in states:
+            chunks.append(state[0] if state[1] == 0 else state[0][::-1])
+            state[1] += 1
+        return chunks, [state[1] == 2 for state in states]
 
 
 class Slow(StepModel):

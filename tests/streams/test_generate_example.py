@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from examples.generate import Prompt, corpus, make_service
-from microbatch import ItemError
+from microbatch import ItemError, Started
 from tests.serve.test_server import running
 
 pytestmark = pytest.mark.timeout(180)
@@ -72,7 +72,7 @@ def test_served_with_microbatch_serve() -> None:
                 llm.completions.create(model="generate", prompt="x", max_tokens=2001)
 
 
-def test_start_reads_each_prompt_as_the_gru_cell_would_one_character_at_a_time() -> None:
+def test_start_reads_each_prompt_as_the_gru_cell_would_and_makes_its_first_character() -> None:
     import torch
 
     from examples.generate import CharModel
@@ -81,17 +81,21 @@ def test_start_reads_each_prompt_as_the_gru_cell_would_one_character_at_a_time()
     model = CharModel(train_s=0.05)
     model.setup(WorkerContext("generate", 0))
     prompts = ["Beautiful is ", "ab", "", "Errors should", "x日"]
-    states = model.start([Prompt(text, max_tokens=2) for text in prompts])
-    assert isinstance(states[-1], ItemError) and "'日'" in str(states[-1])
-    for text, state in zip(prompts[:-1], states, strict=False):
-        assert not isinstance(state, ItemError)
+    started = model.start([Prompt(text, max_tokens=2) for text in prompts])
+    assert isinstance(started[-1], ItemError) and "'日'" in str(started[-1])
+    for text, first in zip(prompts[:-1], started, strict=False):
+        assert isinstance(first, Started) and not first.finished
         hidden = torch.zeros(model.hidden_size)
         with torch.inference_mode():
-            for char in ("\n" + text)[:-1]:
+            for char in "\n" + text:
                 code = torch.tensor([model.index[char]])
                 hidden = model.cell(model.embed(code), hidden[None])[0]
+        state = first.state
         assert torch.allclose(state.hidden, hidden, atol=1e-5), text
-        assert state.last == model.index[("\n" + text)[-1]]
+        assert first.chunk in model.alphabet and state.last == model.index[first.chunk]
+        assert state.left == 1  # the first of its two characters is made
+    (single,) = model.start([Prompt("ab", max_tokens=1)])
+    assert isinstance(single, Started) and single.finished
 
 
 def test_characters_are_drawn_with_their_probabilities() -> None:

@@ -7,13 +7,17 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from microbatch import ItemError, Service, Stage, WorkerDied
+from microbatch.pipeline.step_worker import ProcessStepRunner
+from microbatch.step_contract import StepJob
 
-from .models import Counter, Lockstep, Slow
+from .models import Counter, Echo, Lockstep, Slow
 
 
 async def test_chunks_stream_back_from_a_worker_process() -> None:
@@ -76,3 +80,55 @@ def _wait_gone(pid: int) -> None:
         except FileNotFoundError:
             return
         time.sleep(0.01)
+
+
+async def test_the_worker_takes_a_step_when_it_is_handed_over_not_when_awaited(
+    tmp_path: Path,
+) -> None:
+    # So the worker computes a step while the loop hands out the last one's chunks.
+    mark = tmp_path / "started"
+    runner = ProcessStepRunner(Stage(Echo, kwargs={"mark": str(mark)}), 0)
+    await runner.start()
+    try:
+        answer = runner.advance(StepJob((7,), (b"ab",)))
+        # The event loop does not turn while this waits: only a job written by
+        # advance() itself can reach the worker.
+        assert _appears(mark)
+        done = await answer
+        assert (done.keys, done.chunks, done.finished) == ([7], [b"ab"], [False])
+        done = await runner.advance(StepJob())
+        assert (done.keys, done.chunks, done.finished) == ([7], [b"ba"], [True])
+    finally:
+        await runner.close()
+    assert runner.pids == []
+
+
+async def test_items_and_chunks_larger_than_a_pipe_holds_cross_whole() -> None:
+    items = [os.urandom(512 * 1024) + bytes([i]) for i in range(8)]  # 4 MiB in one job
+    async with Service(Stage(Echo, max_batch_size=8, min_joiners=8)) as service:
+        results = await asyncio.gather(*(service.submit(item) for item in items))
+    assert results == [[item, item[::-1]] for item in items]
+
+
+async def test_an_item_or_a_chunk_that_does_not_pickle_fails_alone() -> None:
+    async with Service(Stage(Counter, max_batch_size=8, min_joiners=3)) as service:
+        outcomes = await asyncio.gather(
+            service.submit("ok:3"),
+            service.submit(threading.Lock()),
+            service.submit("lock:2"),
+            return_exceptions=True,
+        )
+        assert outcomes[0] == ["ok-0", "ok-1", "ok-2"]
+        assert isinstance(outcomes[1], Exception) and "pickle" in str(outcomes[1])
+        assert isinstance(outcomes[2], Exception) and "cannot be sent back" in str(outcomes[2])
+        assert await service.submit("after:1") == ["after-0"]
+        assert service.stats().stages[0].restarts == 0
+
+
+def _appears(path: Path) -> bool:
+    """Whether ``path`` exists within 30 s (a blocking wait: the loop stays still)."""
+    for _ in range(3000):
+        if path.exists():
+            return True
+        time.sleep(0.01)
+    return False

@@ -2,11 +2,13 @@
 each step comes in as a :class:`~microbatch.step_contract.StepJob` and its chunks go back
 as a :class:`~microbatch.step_contract.StepDone`.
 
-One step at a time per worker, so the serving side sends a job and reads its answer
-on a thread of its own (the event loop never blocks). A worker that dies takes its
-states with it: the step in flight (or the next one) fails with
-:class:`~microbatch.errors.WorkerDied`, which ends every active stream of that
-worker with that error; the next step starts a fresh worker.
+One step at a time per worker. Both ways a message is a :mod:`.transport` message
+(a pickle; large buffers in frames of their own), and the serving side's event loop
+writes and reads its ends of the pipes without blocking (:mod:`.pipes`), as it does
+a batch worker's. A worker that dies takes its states with it: the step in flight
+(or the next one) fails with :class:`~microbatch.errors.WorkerDied`, which ends
+every active stream of that worker with that error; the next step starts a fresh
+worker.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import asyncio
 import multiprocessing
 import pickle
 import signal
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -25,9 +28,10 @@ from ..step_contract import StepDone, StepJob
 from ..step_execution import StepExecutor
 from .jobs import portable
 from .model import WorkerContext
+from .pipes import MessageReader, PipeWriter
 from .stage import Stage
 from .steps import steppable
-from .transport import unpicklable
+from .transport import encode, read_message, receive, send, unpicklable
 from .worker import WorkerSpec
 from .worker_env import WorkerEnv
 
@@ -59,12 +63,12 @@ def step_worker_main(
         model.setup(spec.context)
         executor = StepExecutor(steppable(model), spec.isolate_errors)
     except BaseException as exc:
-        outgoing.send(StepsReady(RemoteError.from_exception(exc)))
+        send(outgoing, StepsReady(RemoteError.from_exception(exc)))
         raise SystemExit(1) from None
-    outgoing.send(StepsReady())
+    send(outgoing, StepsReady())
     while True:
         try:
-            job = incoming.recv()
+            job: StepJob | None = read_message(incoming).decode(None)
         except (EOFError, OSError):  # the serving process is gone
             return
         if job is None:
@@ -72,7 +76,7 @@ def step_worker_main(
         done = executor.advance(job)
         done.chunks = portable(done.chunks)
         try:
-            outgoing.send(done)
+            send(outgoing, done)
         except OSError:
             return
         except Exception:  # a chunk that does not pickle fails its own item
@@ -82,12 +86,18 @@ def step_worker_main(
                 done.chunks[index] = RemoteError("UnpicklableResult", reason, "")
                 done.finished[index] = True
                 executor.drop(done.keys[index])
-            outgoing.send(done)
+            send(outgoing, done)
 
 
 class ProcessStepRunner:
     """One streaming worker process of a stage (a
     :class:`~microbatch.pipeline.steps.WorkerStepRunner`).
+
+    Its pipes are read and written by the event loop itself, as a batch worker's
+    are (:mod:`.pipes`): a step is written to the worker at the call to
+    :meth:`advance`, so that the worker computes it while the loop hands out the
+    last step's chunks, and its answer is read when the pipe has it, with no thread
+    in between. Only spawning and reaping the process, which block, go to a thread.
 
     Args:
         stage: The stage.
@@ -98,9 +108,8 @@ class ProcessStepRunner:
         self._stage = stage
         self._index = index
         self._io = ThreadPoolExecutor(1, thread_name_prefix=f"microbatch-{stage.name}-io")
-        self._process: BaseProcess | None = None
-        self._jobs: Connection | None = None
-        self._results: Connection | None = None
+        self._worker: _Worker | None = None
+        self._answer: asyncio.Future[StepDone] | None = None  # the step in flight
         self._held: set[int] = set()  # keys whose state lives in the worker
         self._restarts = 0
 
@@ -112,8 +121,8 @@ class ProcessStepRunner:
     @property
     def pids(self) -> list[int]:
         """The worker's process id, while it lives."""
-        process = self._process
-        return [process.pid] if process is not None and process.pid else []
+        worker = self._worker
+        return [worker.process.pid] if worker is not None and worker.process.pid else []
 
     async def start(self) -> None:
         """Spawn the worker and wait until its model is set up.
@@ -124,129 +133,225 @@ class ProcessStepRunner:
         attempts = self._stage.setup_attempts
         for attempt in range(attempts):
             try:
-                await asyncio.get_running_loop().run_in_executor(self._io, self._spawn)
+                await self._spawn()
                 return
             except StageFailed:
                 if attempt + 1 == attempts:
                     raise
 
-    async def advance(self, job: StepJob) -> StepDone:
-        """Send one step to the worker and wait for its chunks.
+    def advance(self, job: StepJob) -> Awaitable[StepDone]:
+        """Send one step to the worker now; its chunks come on what is returned.
 
-        Raises:
+        Raises (from awaiting what is returned):
             WorkerDied: The worker died (its states are gone); the next step
                 starts a fresh one.
             StageFailed: A fresh worker could not be set up.
         """
-        refused = unpicklable(job.join_items) if job.join_items else {}
-        refused_keys = [job.join_keys[i] for i in refused]
-        if refused:
-            kept = [i for i in range(len(job.join_items)) if i not in refused]
-            job = StepJob(
+        held = self._held - set(job.leave)
+        if self._worker is None:
+            if held:  # it died while idle, with states: they are lost
+                self._held.clear()
+                lost: asyncio.Future[StepDone] = asyncio.get_running_loop().create_future()
+                lost.set_exception(WorkerDied(f"stage {self._stage.name!r}: the worker died"))
+                return lost
+            return self._advance_afresh(job)
+        return self._send(job, held)
+
+    async def close(self) -> None:
+        """Stop the worker (kill it if it does not exit)."""
+        worker = self._worker
+        if worker is not None:
+            self._unwatch(worker)
+            self._fail_answer("stopped")
+            worker.writer.write(encode(None))  # the worker's cue to exit, after its step
+            await asyncio.get_running_loop().run_in_executor(self._io, _reap, worker.process)
+            worker.close()
+        self._io.shutdown(wait=False)
+
+    # -- on the event loop --------------------------------------------------------
+
+    async def _advance_afresh(self, job: StepJob) -> StepDone:
+        """Start a fresh worker (the last one died), then send it ``job``."""
+        self._restarts += 1
+        await self._spawn()
+        return await self._send(job, set())
+
+    def _send(self, job: StepJob, held: set[int]) -> asyncio.Future[StepDone]:
+        assert self._worker is not None and self._answer is None, "one step at a time"
+        try:
+            frames = encode(job)
+        except Exception:  # an item that does not pickle fails alone
+            return self._send_without_unpicklable(job, held)
+        self._held = held | set(job.join_keys)
+        self._answer = answer = asyncio.get_running_loop().create_future()
+        self._worker.writer.write(frames)
+        return answer
+
+    def _send_without_unpicklable(self, job: StepJob, held: set[int]) -> asyncio.Future[StepDone]:
+        refused = unpicklable(job.join_items)
+        kept = [i for i in range(len(job.join_items)) if i not in refused]
+        answer = self._send(
+            StepJob(
                 tuple(job.join_keys[i] for i in kept),
                 tuple(job.join_items[i] for i in kept),
                 job.leave,
-            )
-        loop = asyncio.get_running_loop()
-        held = self._held - set(job.leave)
-        if self._process is not None and not self._process.is_alive():  # died while idle
-            await loop.run_in_executor(self._io, self._forget)
-            if held:  # states were lost; with none, a fresh worker takes this step
-                self._held.clear()
-                raise WorkerDied(f"stage {self._stage.name!r}: the worker died")
-        if self._process is None:
-            self._restarts += 1
-            await loop.run_in_executor(self._io, self._spawn)
-        self._held = held | set(job.join_keys)
-        try:
-            done: StepDone = await loop.run_in_executor(self._io, self._exchange, job)
-        except WorkerDied:
-            self._held.clear()
-            raise
-        ended = (key for key, end in zip(done.keys, done.finished, strict=True) if end)
-        self._held.difference_update(ended)
-        for key, error in zip(refused_keys, refused.values(), strict=True):
-            done.keys.append(key)  # an item that cannot reach the worker fails alone
-            done.chunks.append(error)
-            done.finished.append(True)
-        return done
-
-    async def close(self) -> None:
-        """Stop the worker after its step (kill it if it does not exit)."""
-        await asyncio.get_running_loop().run_in_executor(self._io, self._stop)
-        self._io.shutdown(wait=False)
-
-    # -- on the I/O thread ----------------------------------------------------------
-
-    def _spawn(self) -> None:
-        stage = self._stage
-        jobs_in, jobs_out = _SPAWN.Pipe(duplex=False)
-        results_in, results_out = _SPAWN.Pipe(duplex=False)
-        spec = WorkerSpec(
-            stage.model,
-            stage.args,
-            dict(stage.kwargs),
-            WorkerContext(stage.name, self._index),
-            stage.config.isolate_errors,
-        )
-        process = _SPAWN.Process(
-            target=step_worker_main,
-            args=(
-                jobs_in,
-                results_out,
-                stage.worker_env(self._index),
-                pickle.dumps(spec, protocol=5),
             ),
-            name=f"microbatch-{stage.name}-{self._index}",
-            daemon=True,
+            held,
         )
-        process.start()
-        jobs_in.close()
-        results_out.close()
+        failed = [(job.join_keys[i], error) for i, error in refused.items()]
+
+        def add_refused(done: StepDone) -> StepDone:
+            for key, error in failed:
+                done.keys.append(key)
+                done.chunks.append(error)
+                done.finished.append(True)
+            return done
+
+        return _then(answer, add_refused)
+
+    def _on_results(self) -> None:
+        """The results pipe is readable: settle the step in flight with its answer."""
+        worker = self._worker
+        assert worker is not None
         try:
-            ready = results_in.recv()
+            messages = worker.reader.messages()
         except (EOFError, OSError):
-            ready = StepsReady(RemoteError("WorkerDied", "the worker died in setup", ""))
-        if ready.error is not None:
-            process.join(_STOP_GRACE_S)
-            jobs_out.close()
-            results_in.close()
-            error = ready.error
-            raise StageFailed(
-                f"stage {stage.name!r}: worker {self._index} failed in setup:"
-                f" {error.type_name}: {error.message}\n{error.traceback_text}"
-            )
-        self._process, self._jobs, self._results = process, jobs_out, results_in
-
-    def _exchange(self, job: StepJob) -> StepDone:
-        assert self._jobs is not None and self._results is not None
-        try:
-            self._jobs.send(job)
-            done: StepDone = self._results.recv()
-        except (EOFError, OSError) as error:
-            self._forget()
-            raise WorkerDied(f"stage {self._stage.name!r}: the worker died") from error
-        return done
-
-    def _forget(self) -> None:
-        """The worker is dead: reap it and close its pipes."""
-        if self._process is not None:
-            self._process.join(_STOP_GRACE_S)
-        for conn in (self._jobs, self._results):
-            if conn is not None:
-                conn.close()
-        self._process, self._jobs, self._results = None, None, None
-
-    def _stop(self) -> None:
-        process = self._process
-        if process is None:
+            self._lost()
             return
-        try:
-            assert self._jobs is not None
-            self._jobs.send(None)
-        except OSError:
-            pass
+        for message in messages:
+            done: StepDone = message.decode(None)
+            answer, self._answer = self._answer, None
+            ended = (key for key, end in zip(done.keys, done.finished, strict=True) if end)
+            self._held.difference_update(ended)
+            if answer is not None and not answer.done():
+                answer.set_result(done)
+
+    def _on_exit(self) -> None:
+        """The worker process ended: take what it answered before, then its loss."""
+        if self._worker is not None:
+            self._on_results()
+        if self._worker is not None:
+            self._lost()
+
+    def _lost(self) -> None:
+        """The worker is gone: the step in flight fails, the next one spawns afresh."""
+        worker = self._worker
+        assert worker is not None
+        self._unwatch(worker)
+        worker.close()
+        self._io.submit(_reap, worker.process)
+        if self._answer is not None:
+            self._held.clear()
+            self._fail_answer("died")
+
+    def _fail_answer(self, how: str) -> None:
+        answer, self._answer = self._answer, None
+        if answer is not None and not answer.done():
+            answer.set_exception(WorkerDied(f"stage {self._stage.name!r}: the worker {how}"))
+
+    async def _spawn(self) -> None:
+        process, jobs, results = await asyncio.get_running_loop().run_in_executor(
+            self._io, _spawn, self._stage, self._index
+        )
+        worker = _Worker(
+            process, jobs, results, PipeWriter(jobs.fileno()), MessageReader(results.fileno())
+        )
+        loop = asyncio.get_running_loop()
+        loop.add_reader(results.fileno(), self._on_results)
+        loop.add_reader(process.sentinel, self._on_exit)
+        self._worker = worker
+
+    def _unwatch(self, worker: _Worker) -> None:
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(worker.results.fileno())
+        loop.remove_reader(worker.process.sentinel)
+        self._worker = None
+
+
+@dataclass(eq=False)
+class _Worker:
+    """A live streaming worker: its process and the serving side's pipe ends."""
+
+    process: BaseProcess
+    jobs: Connection  # the jobs pipe's write end
+    results: Connection  # the results pipe's read end
+    writer: PipeWriter
+    reader: MessageReader
+
+    def close(self) -> None:
+        """Close the serving side's ends (on the event loop: the writer may watch)."""
+        self.writer.close()
+        self.jobs.close()
+        self.results.close()
+
+
+def _then(
+    future: asyncio.Future[StepDone], change: Callable[[StepDone], StepDone]
+) -> asyncio.Future[StepDone]:
+    """A future of ``change(result)`` once ``future`` has its result (or its error)."""
+    out: asyncio.Future[StepDone] = asyncio.get_running_loop().create_future()
+
+    def relay(done: asyncio.Future[StepDone]) -> None:
+        if out.cancelled():
+            return
+        if done.cancelled():
+            out.cancel()
+        elif (error := done.exception()) is not None:
+            out.set_exception(error)
+        else:
+            out.set_result(change(done.result()))
+
+    future.add_done_callback(relay)
+    return out
+
+
+# -- on the I/O thread (they block) ------------------------------------------------
+
+
+def _spawn(stage: Stage, index: int) -> tuple[BaseProcess, Connection, Connection]:
+    """Start worker ``index`` of ``stage`` and wait until its model is set up: the
+    process and the serving side's ends of its jobs and results pipes.
+
+    Raises:
+        StageFailed: The model failed to set up (or the worker died meanwhile).
+    """
+    jobs_in, jobs_out = _SPAWN.Pipe(duplex=False)
+    results_in, results_out = _SPAWN.Pipe(duplex=False)
+    spec = WorkerSpec(
+        stage.model,
+        stage.args,
+        dict(stage.kwargs),
+        WorkerContext(stage.name, index),
+        stage.config.isolate_errors,
+    )
+    process = _SPAWN.Process(
+        target=step_worker_main,
+        args=(jobs_in, results_out, stage.worker_env(index), pickle.dumps(spec, protocol=5)),
+        name=f"microbatch-{stage.name}-{index}",
+        daemon=True,
+    )
+    process.start()
+    jobs_in.close()
+    results_out.close()
+    try:
+        ready = receive(results_in)
+    except (EOFError, OSError):
+        ready = StepsReady(RemoteError("WorkerDied", "the worker died in setup", ""))
+    if ready.error is not None:
         process.join(_STOP_GRACE_S)
-        if process.is_alive():
-            process.kill()
-        self._forget()
+        jobs_out.close()
+        results_in.close()
+        error = ready.error
+        raise StageFailed(
+            f"stage {stage.name!r}: worker {index} failed in setup:"
+            f" {error.type_name}: {error.message}\n{error.traceback_text}"
+        )
+    return process, jobs_out, results_in
+
+
+def _reap(process: BaseProcess) -> None:
+    """Wait for a worker to exit (it was told to, or died); kill it if it does not."""
+    process.join(_STOP_GRACE_S)
+    if process.is_alive():
+        process.kill()
+        process.join()
