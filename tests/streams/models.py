@@ -67,6 +67,15 @@ class Lockstep(Model):
             yield [position if position < n else END for n in batch]
 
 
+class Paced(Counter):
+    """:class:`Counter` at a millisecond a step (so that streams overlap, and a
+    worker killed mid-way has some of them active)."""
+
+    def step(self, states: list[list[Any]]) -> tuple[list[Any], list[bool]]:
+        time.sleep(0.001)
+        return super().step(states)
+
+
 class Echo(StepModel):
     """Item ``b`` (bytes) streams ``b`` once, then its reverse; its ``start`` marks
     the file ``mark`` (when given) before it returns."""

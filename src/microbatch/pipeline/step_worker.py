@@ -148,6 +148,8 @@ class ProcessStepRunner:
             StageFailed: A fresh worker could not be set up.
         """
         held = self._held - set(job.leave)
+        if self._worker is not None and not self._worker.process.is_alive():
+            self._lost()  # it died while idle, and the loop has not yet been told
         if self._worker is None:
             if held:  # it died while idle, with states: they are lost
                 self._held.clear()
