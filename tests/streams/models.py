@@ -16,7 +16,7 @@ class Counter(StepModel):
     fails at step ``k`` (raising: the step is bisected); ``"pid"`` streams the
     worker's process id forever (until its caller leaves), ``"wide"`` 16 KiB strings
     forever (to fill socket buffers in few steps); ``"lock:n"`` a chunk that cannot
-    be pickled."""
+    be pickled, ``"alien:n"`` one that cannot be unpickled."""
 
     gate: threading.Event | None = None  # tests may hold every step at this gate
     steps: list[list[str]] = []  # noqa: RUF012 - the names stepped, per step (thread mode)
@@ -50,11 +50,25 @@ class Counter(StepModel):
 WIDE = "w" * 16384
 
 
+class _Alien:
+    """Pickles, and raises where it is unpickled (as a class the serving process
+    cannot import would)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_unreadable, ())
+
+
+def _unreadable() -> None:
+    raise ImportError("no module named 'elsewhere'")
+
+
 def _chunk(name: str, position: int) -> Any:
     if name == "pid":
         return os.getpid()
     if name == "lock":  # a chunk that cannot be pickled
         return threading.Lock()
+    if name == "alien":  # a chunk that pickles here and cannot be unpickled there
+        return _Alien()
     return WIDE if name == "wide" else f"{name}-{position}"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from microbatch import ItemError, Service, Stage, WorkerDied
+from microbatch import ItemError, RemoteError, Service, Stage, WorkerDied
 from microbatch.pipeline.step_worker import ProcessStepRunner
 from microbatch.step_contract import StepJob
 
@@ -123,6 +123,15 @@ async def test_an_item_or_a_chunk_that_does_not_pickle_fails_alone() -> None:
         assert isinstance(outcomes[2], Exception) and "cannot be sent back" in str(outcomes[2])
         assert await service.submit("after:1") == ["after-0"]
         assert service.stats().stages[0].restarts == 0
+
+
+async def test_chunks_that_cannot_be_read_here_fail_their_step_and_nothing_hangs() -> None:
+    async with Service(Stage(Counter, max_batch_size=4)) as service:
+        pid = service.pools[0].pids[0]
+        with pytest.raises(RemoteError, match="cannot be read: no module named 'elsewhere'"):
+            await service.submit("alien:2")
+        assert await service.submit("after:2") == ["after-0", "after-1"]
+        assert service.pools[0].pids[0] != pid  # its states went with the step
 
 
 def _appears(path: Path) -> bool:

@@ -164,7 +164,7 @@ class ProcessStepRunner:
         worker = self._worker
         if worker is not None:
             self._unwatch(worker)
-            self._fail_answer("stopped")
+            self._fail_answer(WorkerDied(f"stage {self._stage.name!r}: the worker stopped"))
             worker.writer.write(encode(None))  # the worker's cue to exit, after its step
             await asyncio.get_running_loop().run_in_executor(self._io, _reap, worker.process)
             worker.close()
@@ -221,7 +221,11 @@ class ProcessStepRunner:
             self._lost()
             return
         for message in messages:
-            done: StepDone = message.decode(None)
+            try:
+                done: StepDone = message.decode(None)
+            except Exception as error:
+                self._unreadable(error)
+                return
             answer, self._answer = self._answer, None
             ended = (key for key, end in zip(done.keys, done.finished, strict=True) if end)
             self._held.difference_update(ended)
@@ -237,19 +241,34 @@ class ProcessStepRunner:
 
     def _lost(self) -> None:
         """The worker is gone: the step in flight fails, the next one spawns afresh."""
+        self._drop_worker()
+        if self._answer is not None:
+            self._held.clear()
+            self._fail_answer(WorkerDied(f"stage {self._stage.name!r}: the worker died"))
+
+    def _unreadable(self, error: Exception) -> None:
+        """A step's answer came back but cannot be read here (say, a chunk of a class
+        this process cannot import): the step fails with that, and the worker, whose
+        states belong to the streams that fail, is stopped; the next step spawns afresh."""
+        assert self._worker is not None
+        self._worker.process.kill()
+        self._drop_worker()
+        self._held.clear()
+        reason = f"the step's chunks came back but cannot be read: {error}"
+        self._fail_answer(RemoteError(type(error).__qualname__, reason, ""))
+
+    def _drop_worker(self) -> None:
+        """Stop watching the worker, close its pipes, reap it on the I/O thread."""
         worker = self._worker
         assert worker is not None
         self._unwatch(worker)
         worker.close()
         self._io.submit(_reap, worker.process)
-        if self._answer is not None:
-            self._held.clear()
-            self._fail_answer("died")
 
-    def _fail_answer(self, how: str) -> None:
+    def _fail_answer(self, error: Exception) -> None:
         answer, self._answer = self._answer, None
         if answer is not None and not answer.done():
-            answer.set_exception(WorkerDied(f"stage {self._stage.name!r}: the worker {how}"))
+            answer.set_exception(error)
 
     async def _spawn(self) -> None:
         process, jobs, results = await asyncio.get_running_loop().run_in_executor(
