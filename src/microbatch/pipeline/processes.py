@@ -14,15 +14,15 @@ from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING
 
 from .arena import Arena
-from .model import WorkerContext
 from .pipes import MessageReader, PipeWriter
 from .stage import Stage
 from .worker import WorkerSpec, worker_main
+from .worker_env import WorkerEnv
 
 if TYPE_CHECKING:
     from .batches import Batch
 
-__all__ = ["WorkerHandle", "forget", "spawn", "stop"]
+__all__ = ["WorkerHandle", "forget", "launch", "spawn", "stop"]
 
 _SPAWN = multiprocessing.get_context("spawn")
 _STOP_GRACE_S = 5.0
@@ -88,36 +88,19 @@ def spawn(
     the running loop watches its pipe and sentinel."""
     loop = asyncio.get_running_loop()
     arena = Arena.create(slots)
-    # Two one-way pipes: each end's blocking mode is its own (the worker's ends block).
-    batches_in, batches_out = _SPAWN.Pipe(duplex=False)
-    results_in, results_out = _SPAWN.Pipe(duplex=False)
-    spec = WorkerSpec(
-        stage.model,
-        stage.args,
-        dict(stage.kwargs),
-        WorkerContext(stage.name, index),
-        stage.config.isolate_errors,
-        () if arena is None else arena.names,
-        stage.config.row_format(),
-        stage.config.oom_errors if stage.config.split_on_oom else None,
-    )
-    process = _SPAWN.Process(
-        target=worker_main,
-        args=(batches_in, results_out, stage.worker_env(index), pickle.dumps(spec, protocol=5)),
-        name=f"microbatch-{stage.name}-{index}",
-        daemon=True,
+    spec = WorkerSpec.of(
+        stage,
+        index,
+        arena=() if arena is None else arena.names,
+        rows=stage.config.row_format(),
+        oom_errors=stage.config.oom_errors if stage.config.split_on_oom else None,
     )
     try:
-        process.start()
+        process, batches_out, results_in = launch(stage, index, worker_main, spec)
     except BaseException:
         if arena is not None:
             arena.close()
-        results_in.close()
-        batches_out.close()
         raise
-    finally:
-        batches_in.close()
-        results_out.close()
     worker = WorkerHandle(
         index,
         process,
@@ -131,6 +114,37 @@ def spawn(
     loop.add_reader(results_in.fileno(), on_message, worker)
     loop.add_reader(process.sentinel, on_death, worker)
     return worker
+
+
+def launch(
+    stage: Stage,
+    index: int,
+    main: Callable[[Connection, Connection, WorkerEnv, bytes], None],
+    spec: WorkerSpec,
+) -> tuple[BaseProcess, Connection, Connection]:
+    """Start worker ``index`` of ``stage``: a spawned process running ``main`` with
+    its two one-way pipes (in, out), its variables and ``spec`` (pickled, so that a
+    model it cannot import is its own error); the process, and this side's ends: what
+    goes to it, what comes back. Each end's blocking mode is its own (the worker's
+    ends block)."""
+    jobs_in, jobs_out = _SPAWN.Pipe(duplex=False)
+    results_in, results_out = _SPAWN.Pipe(duplex=False)
+    process = _SPAWN.Process(
+        target=main,
+        args=(jobs_in, results_out, stage.worker_env(index), pickle.dumps(spec, protocol=5)),
+        name=f"microbatch-{stage.name}-{index}",
+        daemon=True,
+    )
+    try:
+        process.start()
+    except BaseException:
+        results_in.close()
+        jobs_out.close()
+        raise
+    finally:
+        jobs_in.close()
+        results_out.close()
+    return process, jobs_out, results_in
 
 
 def forget(worker: WorkerHandle) -> None:

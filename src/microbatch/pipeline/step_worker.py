@@ -14,7 +14,6 @@ worker.
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import pickle
 import signal
 from collections.abc import Awaitable, Callable
@@ -27,8 +26,8 @@ from ..errors import RemoteError, StageFailed, WorkerDied
 from ..step_contract import StepDone, StepJob
 from ..step_execution import StepExecutor
 from .jobs import portable
-from .model import WorkerContext
 from .pipes import MessageReader, PipeWriter
+from .processes import launch
 from .stage import Stage
 from .steps import steppable
 from .transport import encode, read_message, receive, send, unpicklable
@@ -37,7 +36,6 @@ from .worker_env import WorkerEnv
 
 __all__ = ["ProcessStepRunner", "StepsReady", "step_worker_main"]
 
-_SPAWN = multiprocessing.get_context("spawn")
 _STOP_GRACE_S = 5.0
 
 
@@ -336,24 +334,9 @@ def _spawn(stage: Stage, index: int) -> tuple[BaseProcess, Connection, Connectio
     Raises:
         StageFailed: The model failed to set up (or the worker died meanwhile).
     """
-    jobs_in, jobs_out = _SPAWN.Pipe(duplex=False)
-    results_in, results_out = _SPAWN.Pipe(duplex=False)
-    spec = WorkerSpec(
-        stage.model,
-        stage.args,
-        dict(stage.kwargs),
-        WorkerContext(stage.name, index),
-        stage.config.isolate_errors,
+    process, jobs_out, results_in = launch(
+        stage, index, step_worker_main, WorkerSpec.of(stage, index)
     )
-    process = _SPAWN.Process(
-        target=step_worker_main,
-        args=(jobs_in, results_out, stage.worker_env(index), pickle.dumps(spec, protocol=5)),
-        name=f"microbatch-{stage.name}-{index}",
-        daemon=True,
-    )
-    process.start()
-    jobs_in.close()
-    results_out.close()
     try:
         ready = receive(results_in)
     except (EOFError, OSError):

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import RemoteError
 from ..merge import RowFormat
@@ -28,6 +28,9 @@ from .jobs import portable, run_job
 from .model import Model, WorkerContext
 from .transport import read_message, send
 from .worker_env import WorkerEnv
+
+if TYPE_CHECKING:
+    from .stage import Stage
 
 __all__ = ["Drop", "RunBatch", "SetUp", "Stop", "WorkerSpec", "worker_main"]
 
@@ -80,6 +83,14 @@ class WorkerSpec:
     arena: tuple[str, ...] = ()  # the names of the worker's shared-memory files (none: pipe only)
     rows: RowFormat | None = None  # items are callers' parts of rows, merged for the model
     oom_errors: tuple[type[BaseException], ...] | None = None  # split on OOM (None: never)
+
+    @classmethod
+    def of(cls, stage: Stage, index: int, **more: Any) -> WorkerSpec:
+        """The spec of worker ``index`` of ``stage``; ``more``: the fields above that
+        only a batch worker has."""
+        context = WorkerContext(stage.name, index)
+        isolate = stage.config.isolate_errors
+        return cls(stage.model, stage.args, dict(stage.kwargs), context, isolate, **more)
 
 
 def worker_main(
