@@ -13,7 +13,7 @@ new ones join, so a short request never waits for a long one.
 Serve it::
 
     microbatch serve examples.generate:service
-    curl -N localhost:8000/stream -d '{"prompt": "Beautiful is", "max_tokens": 40}'
+    curl -N localhost:8000/stream --json '{"prompt": "Beautiful is", "max_tokens": 40}'
 
 or, as Triton's generate extension (the chunks of one request as Server-Sent Events)::
 
