@@ -134,6 +134,28 @@ async def test_chunks_that_cannot_be_read_here_fail_their_step_and_nothing_hangs
         assert service.pools[0].pids[0] != pid  # its states went with the step
 
 
+class _PicklesOnSecondTry:
+    """An item whose first pickling fails and whose next ones do not (the step's
+    whole job fails to pickle, yet no item alone is to blame)."""
+
+    tries = 0
+
+    def __reduce__(self) -> tuple[type[str], tuple[str]]:
+        type(self).tries += 1
+        if type(self).tries == 1:
+            raise RuntimeError("not yet")
+        return (str, ("late:1",))
+
+
+async def test_a_step_that_cannot_be_sent_fails_and_the_worker_is_replaced() -> None:
+    async with Service(Stage(Counter, max_batch_size=4)) as service:
+        pid = service.pools[0].pids[0]
+        with pytest.raises(RuntimeError, match="not yet"):
+            await service.submit(_PicklesOnSecondTry())
+        assert await service.submit("after:1") == ["after-0"]
+        assert service.pools[0].pids[0] != pid
+
+
 def _appears(path: Path) -> bool:
     """Whether ``path`` exists within 30 s (a blocking wait: the loop stays still)."""
     for _ in range(3000):

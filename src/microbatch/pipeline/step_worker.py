@@ -180,15 +180,21 @@ class ProcessStepRunner:
         assert self._worker is not None and self._answer is None, "one step at a time"
         try:
             frames = encode(job)
-        except Exception:  # an item that does not pickle fails alone
-            return self._send_without_unpicklable(job, held)
+        except Exception as error:  # an item that does not pickle fails alone
+            return self._send_without_unpicklable(job, held, error)
         self._held = held | set(job.join_keys)
         self._answer = answer = asyncio.get_running_loop().create_future()
         self._worker.writer.write(frames)
         return answer
 
-    def _send_without_unpicklable(self, job: StepJob, held: set[int]) -> asyncio.Future[StepDone]:
+    def _send_without_unpicklable(
+        self, job: StepJob, held: set[int], error: Exception
+    ) -> asyncio.Future[StepDone]:
         refused = unpicklable(job.join_items)
+        if not refused:  # not an item's fault: the step fails as a whole
+            self._answer = answer = asyncio.get_running_loop().create_future()
+            self._fail_step(error)
+            return answer
         kept = [i for i in range(len(job.join_items)) if i not in refused]
         answer = self._send(
             StepJob(
@@ -221,8 +227,9 @@ class ProcessStepRunner:
         for message in messages:
             try:
                 done: StepDone = message.decode(None)
-            except Exception as error:
-                self._unreadable(error)
+            except Exception as error:  # say, a chunk of a class this process cannot import
+                reason = f"the step's chunks came back but cannot be read: {error}"
+                self._fail_step(RemoteError(type(error).__qualname__, reason, ""))
                 return
             answer, self._answer = self._answer, None
             ended = (key for key, end in zip(done.keys, done.finished, strict=True) if end)
@@ -244,16 +251,15 @@ class ProcessStepRunner:
             self._held.clear()
             self._fail_answer(WorkerDied(f"stage {self._stage.name!r}: the worker died"))
 
-    def _unreadable(self, error: Exception) -> None:
-        """A step's answer came back but cannot be read here (say, a chunk of a class
-        this process cannot import): the step fails with that, and the worker, whose
-        states belong to the streams that fail, is stopped; the next step spawns afresh."""
+    def _fail_step(self, error: Exception) -> None:
+        """The step in flight fails with ``error`` (its chunks cannot be read here, or
+        it could not be sent), and the worker, whose states belong to the streams that
+        fail with it, is stopped; the next step spawns afresh."""
         assert self._worker is not None
         self._worker.process.kill()
         self._drop_worker()
         self._held.clear()
-        reason = f"the step's chunks came back but cannot be read: {error}"
-        self._fail_answer(RemoteError(type(error).__qualname__, reason, ""))
+        self._fail_answer(error)
 
     def _drop_worker(self) -> None:
         """Stop watching the worker, close its pipes, reap it on the I/O thread."""
