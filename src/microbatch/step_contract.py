@@ -107,9 +107,10 @@ class StepRunner(Protocol):
     def advance(self, job: StepJob) -> Awaitable[StepDone]:
         """Drop ``job.leave``, start ``job.join_*``, step every active item; the
         outcomes come from awaiting what it returns. A runner that steps elsewhere
-        (a thread) may take the job at the call, so that the step runs while the
-        loop hands out the last one's chunks; an ``async def`` takes it when
-        awaited (the loop awaits it without letting the event loop turn first).
+        (a thread, a worker process) takes the job at the call, so that the step
+        runs while the loop hands out the last one's chunks; an ``async def``
+        takes it only when awaited (the loop awaits it without letting the event
+        loop turn first).
 
         Raises:
             Exception: The states are lost (a dead worker): every active item of
