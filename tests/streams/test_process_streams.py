@@ -77,7 +77,7 @@ def _wait_gone(pid: int) -> None:
             with open(f"/proc/{pid}/stat") as stat:
                 if stat.read().split(")")[1].split()[0] == "Z":
                     return
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # reaped, maybe mid-read
             return
         time.sleep(0.01)
 
