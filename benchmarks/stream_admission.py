@@ -19,7 +19,7 @@ import statistics
 from typing import Any
 
 # first: it puts the repository root on sys.path
-from streaming import CharLockstep, lengths, run_one
+from streaming import WARM_UP, CharLockstep, lengths, run_one
 
 # isort: split
 from examples.generate import CharModel, Prompt
@@ -46,6 +46,7 @@ async def main(streams: int, rounds: int, repeats: int, mode: str) -> None:
                 item=lambda n: Prompt("Beautiful is ", max_tokens=n),
                 kwargs={"train_s": 2.0},
                 stage_options=options,
+                examples=WARM_UP,
             )
             runs[label].append(figures)
             shown = {k: round(v, 2) for k, v in figures.items() if isinstance(v, float)}

@@ -44,7 +44,7 @@ import json
 import random
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,12 +103,14 @@ async def run_one(
     item: Callable[[int], Any] = int,
     kwargs: dict[str, Any] | None = None,
     stage_options: dict[str, Any] | None = None,
+    examples: Sequence[Any] = (),
 ) -> dict[str, Any]:
     """Stream every length in ``work`` (``item(length)`` is what is sent) with
-    ``concurrency`` clients; the figures. ``stage_options``: more ``Stage`` settings."""
+    ``concurrency`` clients; the figures. ``stage_options``: more ``Stage`` settings;
+    ``examples``: the service's warm-up items (run when it starts, before any client)."""
     settings: dict[str, Any] = {"mode": "thread", "max_batch_size": MAX_ACTIVE, "max_queue": 10_000}
     stage = Stage(model, kwargs=kwargs or {}, **{**settings, **(stage_options or {})})
-    service = Service(stage)
+    service = Service(stage, examples=examples)
     records: list[tuple[int, float, float, bool]] = []  # length, first s, total s, at start
     queue = list(reversed(work))
 
@@ -169,6 +171,11 @@ GENERATIVE = {"generate.py step-wise": CharModel, "generate.py lockstep": CharLo
 _SHIPPED = shipped_service.stages[0]
 _JOINING = {"min_joiners": _SHIPPED.min_joiners, "max_join_wait_ms": _SHIPPED.max_join_wait_ms}
 """How the example gathers its joiners (its step-wise runs do as it does)."""
+
+WARM_UP = list(shipped_service.examples)
+"""The example's warm-up items: a served ``examples.generate`` streams them when it
+starts, before it answers ready; both generative contenders do so too (the first
+call of a torch model costs more than the next ones)."""
 
 
 # -- over HTTP -------------------------------------------------------------------------
@@ -250,6 +257,7 @@ async def run_generative(
                     item=lambda n: Prompt("Beautiful is ", max_tokens=n),
                     kwargs={"train_s": 2.0},
                     stage_options={"mode": mode, **(_JOINING if model is CharModel else {})},
+                    examples=WARM_UP,
                 )
                 figures["stepwise"] = model is CharModel
                 runs[name].append(figures)
