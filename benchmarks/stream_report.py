@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+from pathlib import Path
 from typing import Any
 
 from stream_models import MAX_ACTIVE, step_time_s
@@ -33,6 +34,17 @@ def summarise(records: list[tuple[int, float, float, bool]], wall: float) -> dic
         "long_total_p50_ms": 1000 * percentile(long, 0.50),
         "long_total_p99_ms": 1000 * percentile(long, 0.99),
     }
+
+
+def microbatch_build() -> str:
+    """Which build of microbatch this interpreter runs: a regular install compiles the
+    hot path with mypyc (as users get it from ``pip install``), an editable one is
+    pure Python (hatch_build.py)."""
+    import microbatch.stepping
+
+    if Path(microbatch.stepping.__file__ or "").suffix in (".so", ".pyd"):
+        return "compiled (a regular install: the hot path built with mypyc, as users get it)"
+    return "pure Python (an editable install: nothing compiled)"
 
 
 def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -153,6 +165,8 @@ def report(
         f" {platform.python_version()}; shared with other jobs (other engineers' test"
         " runs) while it ran, so absolute numbers are noisy: read the ratios, all from"
         " one run.",
+        "",
+        f"In-process contenders: microbatch {microbatch_build()}.",
         "",
         "Simulated step model: each step sleeps 1 ms + 10 us x items in the step; output"
         " lengths log-uniform in [8, 256] (the same list for every contender); closed"

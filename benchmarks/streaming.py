@@ -58,7 +58,7 @@ from stream_models import MAX_ACTIVE, step_time_s
 from harness import ROOT, ensure_venv, serving, versions
 from stream_client import CLIENT_LOOPS, http_run
 from stream_contenders import HTTP_CONTENDERS, InThisEnvironment
-from stream_report import median_run, plot, report, summarise
+from stream_report import median_run, microbatch_build, plot, report, summarise
 
 sys.path.insert(0, str(ROOT))
 from examples.generate import CharModel, Prompt
@@ -340,6 +340,7 @@ if __name__ == "__main__":
         "http": http,
         "http_keep_alive": kept,
         "versions": seen,
+        "build": microbatch_build(),
     }
     (RESULTS / f"{args.name}.json").write_text(json.dumps(payload, indent=2))
     text = report(inproc, generative, http, seen, args.levels, kept)

@@ -91,3 +91,12 @@ def test_the_generative_example_has_a_section_per_place_its_model_ran() -> None:
     assert "a thread of the serving process" in thread
     assert "chunks/s ÷ generate.py lockstep: **1.80x** (target ≥ 2x: missed)" in thread
     assert "TTFC p99 = **2.0 step times**" in thread
+
+
+def test_the_report_says_which_build_of_microbatch_ran_in_process() -> None:
+    import microbatch.stepping
+
+    text = stream_report.report({}, {}, {}, {}, [64])
+    compiled = microbatch.stepping.__file__.endswith(".so")
+    assert f"In-process contenders: microbatch {stream_report.microbatch_build()}." in text
+    assert stream_report.microbatch_build().startswith("compiled") == compiled
