@@ -5,6 +5,8 @@ whole suite against it."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -88,3 +90,28 @@ def test_the_compiled_modules_exist_and_the_build_needs_mypyc() -> None:
     requires = settings["build-system"]["requires"]
     assert any(r.startswith("mypy") for r in requires)
     assert any(r.startswith("setuptools") for r in requires)
+
+
+def test_no_interpreted_class_inherits_from_a_compiled_one_not_made_for_it() -> None:
+    # mypyc refuses it at import time ("interpreted classes cannot inherit from
+    # compiled"), unless the compiled class allows it: in the compiled wheel such a
+    # module would not even import.
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    compiled_paths = settings["tool"]["hatch"]["build"]["targets"]["wheel"]["hooks"]["custom"]
+    compiled = {path.removesuffix(".py").replace("/", ".") for path in compiled_paths["compiled"]}
+    found = []
+    for path in sorted((ROOT / "src" / "microbatch").rglob("*.py")):
+        name = ".".join(path.relative_to(ROOT / "src").with_suffix("").parts)
+        name = name.removesuffix(".__init__")
+        if name in compiled or name.endswith("__main__"):
+            continue
+        module = importlib.import_module(name)
+        for value in vars(module).values():
+            if isinstance(value, type) and value.__module__ == name:
+                found += [
+                    f"{name}.{value.__name__}({base.__module__}.{base.__name__})"
+                    for base in value.__mro__[1:]
+                    if base.__module__ in compiled
+                    and "allow_interpreted_subclasses=True" not in inspect.getsource(base)
+                ]
+    assert not found, f"interpreted classes inheriting from compiled ones: {found}"

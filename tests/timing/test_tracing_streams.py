@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from microbatch import Service, Stage
 from microbatch.http import HttpApp
-from tests.http.conftest import serving
+from tests.http.conftest import serving, serving_natively
 from tests.streams.models import Counter, Name
 from tests.timing.test_tracing import traceparent, tracer_to
 
@@ -214,3 +214,27 @@ async def test_each_choice_of_a_completion_is_a_stream_span(
         assert span.parent is not None and span.parent.span_id == parent_id
     chunks = sorted(dict(span.attributes or {})["microbatch.stream.chunks"] for span in spans)
     assert chunks == [2, 5]  # "x", "y" (the stop: the stream is left) and "abcab"
+
+
+async def test_a_streamed_completion_of_a_traced_app_keeps_its_span_on_the_connection_layer(
+    exporter: InMemorySpanExporter,
+) -> None:
+    # The connection layer leaves a traced app's completions to its ASGI route,
+    # where each choice's stream gets its span.
+    from microbatch.http import CompletionModel
+    from tests.protocols.models import Speller
+
+    service = Service(Stage(Speller, mode="thread", max_batch_size=4), name="spell")
+    service.completion_model = CompletionModel()  # type: ignore[attr-defined]
+    header, trace_id, parent_id = traceparent(1)
+    body = {"model": "spell", "prompt": "abc", "max_tokens": 4, "stream": True}
+    async with serving_natively(HttpApp(service, tracer=tracer_to(exporter))) as client:
+        reply = await asyncio.wait_for(
+            client.post("/v1/completions", json=body, headers={"traceparent": header}),
+            HANG_GUARD_S,
+        )
+    assert reply.status_code == 200 and reply.text.endswith("data: [DONE]\n\n")
+    (span,) = [s for s in exporter.get_finished_spans() if s.name == "POST /v1/completions"]
+    assert span.context.trace_id == trace_id
+    assert span.parent is not None and span.parent.span_id == parent_id
+    assert dict(span.attributes or {})["microbatch.stream.chunks"] == 4

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from ..http.asgi import Message, Receive, Scope, Send
 from ..http.predict import Predictor
-from ..http.stream_route import StreamRoute
+from ..http.stream_route import NativeStreamRoute
 from .server import GrpcServer
 
 __all__ = ["DrainableApp", "WithGrpc"]
@@ -40,7 +40,7 @@ class DrainableApp(Protocol):
     def native_predictors(self) -> dict[str, Predictor]:
         """The routes a server may answer without ASGI."""
 
-    def native_streams(self) -> dict[str, StreamRoute]:
+    def native_streams(self) -> dict[str, NativeStreamRoute]:
         """The stream routes a server may answer without ASGI."""
 
     def record(self, route: str, status: int, seconds: float, request_id: str, client: str) -> None:
@@ -83,7 +83,7 @@ class WithGrpc:
         """The HTTP app's: gRPC adds none."""
         return self.app.native_predictors()
 
-    def native_streams(self) -> dict[str, StreamRoute]:
+    def native_streams(self) -> dict[str, NativeStreamRoute]:
         """The HTTP app's: gRPC adds none."""
         return self.app.native_streams()
 

@@ -28,6 +28,8 @@ from .access_log import log_access, log_access_line
 from .asgi import Receive, Scope, Send, header, send_response
 from .bearer import authorize, expected_authorization
 from .codecs import CODECS, JSON, Decoder
+from .completion_stream import CompletionStream
+from .completions import CHAT_PATH, COMPLETIONS_PATH, text_generators
 from .config import HttpConfig
 from .error_log import RepeatedErrorLog
 from .generate import GENERATE_EXTENSION, generate_routes
@@ -47,7 +49,7 @@ from .routing import CLIENT_CLOSED, ClientGone, Handler, RouteTable, until_disco
 from .schema import add_protocol_operations, docs_page, openapi_document
 from .server_timing import ResponseTiming, forget, note_error, noted, tell_timing
 from .status import MethodNotAllowed, NotFound, NotReady, error_reply
-from .stream_route import StreamRoute
+from .stream_route import NativeStreamRoute, StreamRoute
 from .streams import add_stream_operations, send_stream, wants_stream
 
 __all__ = ["HttpApp", "HttpConfig", "app"]
@@ -131,6 +133,17 @@ class HttpApp:
         self._routes.update(generate_routes(self, v2_models))
         openai = openai_routes(self, {target.name: target})
         self._routes.update(openai)
+        # The completion routes' streams, as the connection layer answers them (while
+        # the route table keeps the handler made here).
+        self._completion_streams: dict[str, tuple[Handler, CompletionStream]] = {}
+        if COMPLETIONS_PATH in openai:
+            generators = text_generators({target.name: target})
+            for path in (COMPLETIONS_PATH, CHAT_PATH):
+                settings = self._route_settings(None, {}, path)
+                self._completion_streams[path] = (
+                    openai[path][1],
+                    CompletionStream(generators, path, settings),
+                )
         add_protocol_operations(
             self.openapi,
             v2_models=[target.name],
@@ -184,18 +197,23 @@ class HttpApp:
             if path in self._routes and _same_handler(self._routes[path][1], self)
         }
 
-    def native_streams(self) -> dict[str, StreamRoute]:
+    def native_streams(self) -> dict[str, NativeStreamRoute]:
         """The stream routes a server may call without ASGI (see :mod:`.stream_route`),
         by path: each ``/stream`` path whose entry in the route table is still the
-        app's own, and each native predict path with a stream form (taken when
-        ``Accept`` asks for a stream, see :func:`~.streams.wants_stream`)."""
+        app's own, each native predict path with a stream form (taken when ``Accept``
+        asks for a stream, see :func:`~.streams.wants_stream`), and the OpenAI
+        completion routes, for their streamed answers (:mod:`.completion_stream`)."""
         predictors = self.native_predictors()
-        return {
+        routes: dict[str, NativeStreamRoute] = {
             path: route
             for path, route in self._stream_routes.items()
             if path in predictors
             or (path in self._routes and _same_handler(self._routes[path][1], self))
         }
+        for path, (handler, route) in self._completion_streams.items():
+            if path in self._routes and self._routes[path][1] is handler:
+                routes[path] = route
+        return routes
 
     def record(self, route: str, status: int, seconds: float, request_id: str, client: str) -> None:
         """Count (and access-log) one request that a server answered without ASGI
@@ -305,8 +323,8 @@ class HttpApp:
         if told is not None:  # its head tells the wait for the first chunk
             told.stream = True
         body = await self.read_body(scope, receive)
-        chunks = route.open(request, body, scope["headers"])
-        return await send_stream(scope, receive, send, chunks, request.framing)
+        opened = route.open(request, body, scope["headers"])
+        return await send_stream(scope, receive, send, opened.chunks, opened.framing)
 
     async def _live(self, scope: Scope, receive: Receive, send: Send) -> int:
         await send_response(send, 200, b'{"status":"live"}', JSON.media_type)

@@ -11,7 +11,9 @@ out as Server-Sent Events the moment they are made (``data: {json}``, then
 text before it and leaves the stream at once: the model stops working on it at its
 next step. A request's deadline, token, limits and overload answers are those of
 ``/stream``; errors have OpenAI's shape (see :mod:`.openai_errors`), and an error
-after the first chunk is the stream's last event.
+after the first chunk is the stream's last event. ``microbatch serve``'s connection
+layer opens and writes a streamed answer itself, with the same functions
+(:mod:`.completion_stream`); this route answers every other request.
 """
 
 from __future__ import annotations
@@ -44,22 +46,36 @@ from .routing import (
     until_disconnect,
 )
 from .server_timing import noted
+from .stream_route import OpenedStream
 from .streams import FIRST_CHUNK_TIMEOUT_HEADER, first_chunk_timeout_from, send_stream
 
 __all__ = [
+    "CHAT_PATH",
+    "COMPLETIONS_PATH",
     "COMPLETION_MODEL_ATTRIBUTE",
     "ChatMessage",
     "CompletionModel",
     "Generation",
+    "TextGenerator",
+    "asked_of",
     "completion_model_names",
     "completion_model_of",
     "completion_routes",
     "count_words",
+    "new_answer",
     "plain_chat_template",
+    "streamed",
+    "text_generators",
 ]
 
 COMPLETION_MODEL_ATTRIBUTE = "completion_model"
 """The attribute of a servable that declares it a text generator."""
+
+COMPLETIONS_PATH = "/v1/completions"
+"""Where text is completed."""
+
+CHAT_PATH = "/v1/chat/completions"
+"""Where a chat is completed."""
 
 _JSON = b"application/json"
 
@@ -129,7 +145,7 @@ def completion_model_of(servable: Servable[Any, Any]) -> CompletionModel | None:
 
 
 @dataclass(frozen=True)
-class _Generator:
+class TextGenerator:
     """One text-generating servable: how a prompt becomes its item, a chunk text."""
 
     servable: StreamingServable[Any, Any]
@@ -178,6 +194,22 @@ class _Generator:
             raise
         return Choices(streams, self.declared.chunk_text)
 
+    def open_now(self, items: list[Any], deadline: float | None, first: float | None) -> Choices:
+        """Open one stream per item at once, untraced (none, if one is refused: the
+        streams opened already are left)."""
+        streams: list[AsyncIterator[Any]] = []
+        open_stream = self.servable.stream
+        try:
+            for item in items:
+                streams.append(open_stream(item, deadline=deadline, first_chunk_deadline=first))
+        except BaseException:
+            for stream in streams:
+                leave = getattr(stream, "leave", None)  # one not yet read needs nothing
+                if leave is not None:
+                    leave()
+            raise
+        return Choices(streams, self.declared.chunk_text)
+
 
 @dataclass(frozen=True)
 class Traced:
@@ -202,7 +234,19 @@ def completion_routes(host: RouteHost, servables: Mapping[str, Servable[Any, Any
             ``str`` nor a record with a ``str`` field ``prompt``).
         ValueError: Two text generators have the same name.
     """
-    generators: dict[str, _Generator] = {}
+    generators = text_generators(servables)
+    if not generators:
+        return {}
+    return {
+        path: ("POST", _route(host, generators, path), True)
+        for path in (COMPLETIONS_PATH, CHAT_PATH)
+    }
+
+
+def text_generators(servables: Mapping[str, Servable[Any, Any]]) -> dict[str, TextGenerator]:
+    """The text generators among ``servables``, by ``model`` name (see
+    :func:`completion_routes` for what it raises)."""
+    generators: dict[str, TextGenerator] = {}
     for servable in servables.values():
         declared = completion_model_of(servable)
         if declared is None:
@@ -211,12 +255,7 @@ def completion_routes(host: RouteHost, servables: Mapping[str, Servable[Any, Any
         if name in generators:
             raise ValueError(f"two completion models are named {name!r}")
         generators[name] = _generator(servable, declared)
-    if not generators:
-        return {}
-    return {
-        path: ("POST", _route(host, generators, path), True)
-        for path in ("/v1/completions", "/v1/chat/completions")
-    }
+    return generators
 
 
 def completion_model_names(servables: Mapping[str, Servable[Any, Any]]) -> list[str]:
@@ -228,17 +267,17 @@ def completion_model_names(servables: Mapping[str, Servable[Any, Any]]) -> list[
     ]
 
 
-def _generator(servable: Servable[Any, Any], declared: CompletionModel) -> _Generator:
+def _generator(servable: Servable[Any, Any], declared: CompletionModel) -> TextGenerator:
     if not isinstance(servable, StreamingServable) or not servable.can_stream(None):
         raise TypeError(
             f"completion model {servable.name!r} does not stream: its model must be a "
             "StepModel or have a generator predict()"
         )
     if declared.item is not None:
-        return _Generator(servable, declared, declared.item)
+        return TextGenerator(servable, declared, declared.item)
     item_type = servable.input_type
     if item_type is str:
-        return _Generator(servable, declared, lambda asked: asked.prompt)
+        return TextGenerator(servable, declared, lambda asked: asked.prompt)
     fields = {name: hint for name, hint, _ in record_fields(item_type) or []}
     if fields.get("prompt") is not str:
         raise TypeError(
@@ -255,11 +294,11 @@ def _generator(servable: Servable[Any, Any], declared: CompletionModel) -> _Gene
                 given[name] = value
         return msgspec.convert(given, item_type)
 
-    return _Generator(servable, declared, make_item)
+    return TextGenerator(servable, declared, make_item)
 
 
-def _route(host: RouteHost, generators: Mapping[str, _Generator], path: str) -> Handler:
-    chat = path == "/v1/chat/completions"
+def _route(host: RouteHost, generators: Mapping[str, TextGenerator], path: str) -> Handler:
+    chat = path == CHAT_PATH
     tracer: Tracer | None = getattr(host, "tracer", None)  # an HttpApp's, with --otel
 
     async def complete(scope: Scope, receive: Receive, send: Send) -> int:
@@ -267,45 +306,19 @@ def _route(host: RouteHost, generators: Mapping[str, _Generator], path: str) -> 
         try:
             timeout_s, body = await admitted_body(host, scope, receive)
             first_s = first_chunk_timeout_from(header(scope, FIRST_CHUNK_TIMEOUT_HEADER))
-            if chat:
-                asked, messages = chat_asked(body)
-            else:
-                asked = completion_asked(body)
-            generator = generators.get(asked.model)
-            if generator is None:
-                raise OpenAIError(
-                    404,
-                    f"The model '{asked.model}' does not exist; this server has "
-                    f"{sorted(generators)}",
-                    code="model_not_found",
-                    param="model",
-                )
-            declared = generator.declared
-            if chat:
-                asked = replace(asked, prompts=[declared.chat_template(messages)])
+            asked, generator = asked_of(generators, body, chat)
             items = generator.items(asked)
             deadline = deadline_from(timeout_s)
             traced = Traced(tracer, path, scope["headers"])
             first = deadline_from(first_s, deadline)
             choices = await generator.open(items, deadline, first, traced)
-            answer = Answer(
-                asked,
-                ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12),
-                int(time.time()),
-                sum(map(declared.count_tokens, asked.prompts)),
-            )
+            answer = new_answer(asked, generator.declared)
             if asked.stream:
                 told = noted()
                 if told is not None:  # its head tells the wait for the first chunk
                     told.stream = True
-                only = choices.streams[0]
-                leave = getattr(only, "leave", None)  # a Service's own stream (not traced)
-                if len(items) == 1 and not asked.stops and leave is not None:
-                    # written straight from the stream: a step's chunks in one go
-                    framing = answer.one_choice_framing(declared.chunk_text, leave)
-                    return await send_stream(scope, receive, send, only, framing)
-                events = answer.events(choices.pieces(asked.stops, asked.max_tokens))
-                return await send_stream(scope, receive, send, events, OPENAI_SSE)
+                opened = streamed(answer, choices, generator.declared.chunk_text)
+                return await send_stream(scope, receive, send, opened.chunks, opened.framing)
             reply = await until_disconnect(
                 scope, receive, whole_answer(answer, choices, len(items))
             )
@@ -320,3 +333,66 @@ def _route(host: RouteHost, generators: Mapping[str, _Generator], path: str) -> 
         return 200
 
     return complete
+
+
+# -- one request, either way ----------------------------------------------------------
+
+
+def asked_of(
+    generators: Mapping[str, TextGenerator], body: bytes, chat: bool
+) -> tuple[Asked, TextGenerator]:
+    """A request's body, decoded and checked (a chat's prompt made from its messages),
+    and the text generator it names.
+
+    Raises:
+        OpenAIError: The body is malformed or asks what this server does not do (400),
+            or names no model of this server (404).
+    """
+    messages: list[ChatMessage] = []
+    if chat:
+        asked, messages = chat_asked(body)
+    else:
+        asked = completion_asked(body)
+    generator = generators.get(asked.model)
+    if generator is None:
+        raise OpenAIError(
+            404,
+            f"The model '{asked.model}' does not exist; this server has {sorted(generators)}",
+            code="model_not_found",
+            param="model",
+        )
+    if chat:
+        asked = replace(asked, prompts=[generator.declared.chat_template(messages)])
+    return asked, generator
+
+
+def new_answer(asked: Asked, declared: CompletionModel) -> Answer:
+    """A new answer to ``asked``: its own id, the time it was made, the prompt's tokens."""
+    return Answer(
+        asked,
+        ("chatcmpl-" if asked.chat else "cmpl-") + secrets.token_hex(12),
+        int(time.time()),
+        sum(map(declared.count_tokens, asked.prompts)),
+    )
+
+
+def streamed(answer: Answer, choices: Choices, chunk_text: Callable[[Any], str]) -> OpenedStream:
+    """How a streamed answer is written: a request's one choice with no stop sequence
+    straight from its stream (a step's chunks for many requests in one go, without
+    waking each request's task); else the events of its choices' pieces as they come,
+    the choices closed at their end."""
+    asked = answer.asked
+    only = choices.streams[0]
+    leave = getattr(only, "leave", None)  # a Service's own stream (not traced)
+    if len(choices.streams) == 1 and not asked.stops and leave is not None:
+        return OpenedStream(only, answer.one_choice_framing(chunk_text, leave))
+    events = answer.events(choices.pieces(asked.stops, asked.max_tokens))
+    return OpenedStream(_closing(events, choices), OPENAI_SSE)
+
+
+async def _closing(events: AsyncIterator[bytes], choices: Choices) -> AsyncIterator[bytes]:
+    try:
+        async for event in events:
+            yield event
+    finally:
+        await choices.close()

@@ -41,6 +41,7 @@ __all__ = [
     "BodyRoute",
     "Checked",
     "DrainState",
+    "ErrorAnswer",
     "HeaderMap",
     "Predictor",
     "RouteSettings",
@@ -166,6 +167,11 @@ class BodyRoute:
         if self._app.draining:
             raise NotReady("the server is shutting down")
         return request_deadline(get(TIMEOUT_HEADER), self._default_timeout_s)
+
+    def error_answer(self, error: Exception, accept: bytes | None, request_id: str) -> ErrorAnswer:
+        """How this route answers ``error`` (see :func:`error_response`)."""
+        status, body, media_type, headers = error_response(error, accept, request_id, self.failed)
+        return ErrorAnswer(status, body, media_type, headers, error_reply(error).error)
 
 
 class Predictor(BodyRoute):
@@ -358,6 +364,17 @@ def encode_result(codec: Codec, result: Any) -> bytes:
         raise UnencodableResult(
             f"the result ({type(result).__name__}) cannot be encoded as {codec.name}"
         ) from error
+
+
+class ErrorAnswer(NamedTuple):
+    """An error as a route answers it: status, body, media type, extra headers, and
+    the name ``Server-Timing`` gives the failure."""
+
+    status: int
+    body: bytes
+    media_type: bytes
+    headers: list[tuple[bytes, bytes]]
+    name: str
 
 
 def error_response(

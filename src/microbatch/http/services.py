@@ -44,7 +44,7 @@ from .routing import CLIENT_CLOSED, RouteTable
 from .server_timing import ResponseTiming, forget, note_error, tell_timing
 from .service_metrics import ServicesMetrics
 from .status import ErrorBody, MethodNotAllowed, NotFound, NotReady, error_reply
-from .stream_route import StreamRoute
+from .stream_route import NativeStreamRoute
 
 __all__ = ["Services"]
 
@@ -90,7 +90,7 @@ class Services:
         """None: every route of several services goes through ASGI (``/{name}/...``)."""
         return {}
 
-    def native_streams(self) -> dict[str, StreamRoute]:
+    def native_streams(self) -> dict[str, NativeStreamRoute]:
         """None, as :meth:`native_predictors`."""
         return {}
 

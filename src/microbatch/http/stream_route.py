@@ -6,17 +6,22 @@ A stream is taken in two steps, so that a server can refuse it before reading it
 body: :meth:`StreamRoute.check` reads the headers the route needs and works out the
 deadlines and the framing once; :meth:`StreamRoute.open` decodes the body and opens
 the servable's stream (under a span of its own when traced).
+
+What the connection layer asks of every stream route it answers itself is
+:class:`NativeStreamRoute`: this one, and the OpenAI completion routes'
+(:mod:`.completion_stream`), which leave some requests to the ASGI app.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import AsyncIterator, Callable
+from typing import Any, NamedTuple, Protocol
 
 from ..types import StreamingServable, deadline_from
 from .codecs import Decoder
 from .predict import (
     BodyRoute,
+    ErrorAnswer,
     HeaderMap,
     RawHeaders,
     RouteSettings,
@@ -30,10 +35,7 @@ from .streams import (
     framing_for_accept,
 )
 
-if TYPE_CHECKING:
-    pass
-
-__all__ = ["StreamRequest", "StreamRoute"]
+__all__ = ["NativeStreamRoute", "OpenedStream", "StreamRequest", "StreamRoute"]
 
 
 class StreamRequest(NamedTuple):
@@ -43,6 +45,45 @@ class StreamRequest(NamedTuple):
     first_chunk_deadline: float | None
     framing: Framing
     decode: Decoder
+
+
+class OpenedStream(NamedTuple):
+    """A stream opened for a request: its chunks, and how each is written."""
+
+    chunks: AsyncIterator[Any]
+    framing: Framing
+
+
+class NativeStreamRoute(Protocol):
+    """A stream route as ``microbatch serve``'s connection layer answers it, without
+    ASGI: checked from the headers, opened from the whole body, its chunks written
+    as its framing says, its errors answered as it says. Where it gives None, the
+    request goes to the app's ASGI route instead (its body handed on whole)."""
+
+    label: str
+    max_body_bytes: int
+    tells: bool
+    failed: Callable[[str, BaseException], None]
+    request_id: Callable[[bytes | None], str]
+
+    def check(self, headers: HeaderMap) -> object | None:
+        """What the headers decide (None: the ASGI route takes the request).
+
+        Raises:
+            Exception: A header refuses the request (answered by :meth:`error_answer`).
+        """
+
+    def open(self, checked: Any, body: bytes, headers: RawHeaders) -> OpenedStream | None:
+        """Open the stream of the request ``check`` passed (None: the ASGI route
+        takes the request, and its body).
+
+        Raises:
+            Exception: The request or its servable refused it (answered by
+                :meth:`error_answer`).
+        """
+
+    def error_answer(self, error: Exception, accept: bytes | None, request_id: str) -> ErrorAnswer:
+        """How this route answers ``error``."""
 
 
 class StreamRoute(BodyRoute):
@@ -87,7 +128,7 @@ class StreamRoute(BodyRoute):
         check_body_length(get(b"content-length"), self.max_body_bytes)
         return StreamRequest(deadline, first_chunk_deadline, framing, decode)
 
-    def open(self, request: StreamRequest, body: bytes, headers: RawHeaders) -> AsyncIterator[Any]:
+    def open(self, request: StreamRequest, body: bytes, headers: RawHeaders) -> OpenedStream:
         """Decode the body (4xx here, before any queue) and open the item's stream.
 
         Raises:
@@ -97,18 +138,21 @@ class StreamRoute(BodyRoute):
         """
         item = request.decode(body)
         stream = self._servable.stream
+        chunks: AsyncIterator[Any]
         if self._tracer is not None:  # a span per stream
             traced = self._tracer.stream_span(self.label, headers)
-            return traced.open(  # type: ignore[no-any-return]
+            chunks = traced.open(
                 stream,
                 item,
                 deadline=request.deadline,
                 route=self.route,
                 first_chunk_deadline=request.first_chunk_deadline,
             )
-        return stream(
-            item,
-            deadline=request.deadline,
-            route=self.route,
-            first_chunk_deadline=request.first_chunk_deadline,
-        )
+        else:
+            chunks = stream(
+                item,
+                deadline=request.deadline,
+                route=self.route,
+                first_chunk_deadline=request.first_chunk_deadline,
+            )
+        return OpenedStream(chunks, request.framing)

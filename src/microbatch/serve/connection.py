@@ -291,10 +291,11 @@ class HttpConnection(StreamPath):
         streams = front.streams
         if streams:  # a stream route, or a predict path whose Accept asks for a stream
             route = streams.get(path)
-            if route is not None and (
-                path not in front.predictors or wants_stream(self._header(b"accept"))
+            if (
+                route is not None
+                and (path not in front.predictors or wants_stream(self._header(b"accept")))
+                and self._take_stream(route, has_body)
             ):
-                self._take_stream(route, has_body)
                 return
         predictor = front.predictors.get(path)
         if predictor is not None:
@@ -365,9 +366,9 @@ class HttpConnection(StreamPath):
             return
         predictor, checked = self._predictor, self._checked
         if predictor is None or checked is None:
-            stream_route, stream_request = self._stream_route, self._stream_request
-            if stream_route is not None and stream_request is not None:
-                self._open_stream(stream_route, stream_request, self._take_whole_body())
+            stream_route, stream_checked = self._stream_route, self._stream_request
+            if stream_route is not None and stream_checked is not None:
+                self._open_stream(stream_route, stream_checked, self._take_whole_body())
             return
         body = self._take_whole_body()
         try:
@@ -390,6 +391,17 @@ class HttpConnection(StreamPath):
         return body
 
     # -- the ASGI path -----------------------------------------------------------
+
+    def _give_to_asgi(self, body: bytes) -> None:
+        """Answer the current request through the ASGI app, its whole ``body`` read
+        already (a stream route left it there once it had read it)."""
+        path, _, query = self._url.partition(b"?")
+        self._start_asgi(self._parser.get_method(), path, query)
+        cycle = self._cycle
+        assert cycle is not None
+        if body:
+            cycle.body(body)
+        cycle.body_complete()
 
     def _start_asgi(self, method: bytes, path: bytes, query: bytes) -> None:
         head_only = method == b"HEAD"

@@ -15,7 +15,7 @@ from typing import Any
 from ..clock import Timer
 from ..http.codecs import JSON, Codec
 from ..http.predict import Checked, Predictor
-from ..http.stream_route import StreamRequest, StreamRoute
+from ..http.stream_route import NativeStreamRoute
 from ..timing import Timing, failure_line
 from .asgi_cycle import AsgiCycle
 from .chunked import ChunkedEnd
@@ -79,8 +79,8 @@ class ConnectionBase(asyncio.Protocol):
         self._body_size = 0
         self._predictor: Predictor | None = None
         self._checked: Checked | None = None
-        self._stream_route: StreamRoute | None = None  # the request asks for a stream
-        self._stream_request: StreamRequest | None = None
+        self._stream_route: NativeStreamRoute | None = None  # the request asks for a stream
+        self._stream_request: object | None = None  # what its route's check gave
         self._started = 0.0
         self._request_id = ""
         self._client = "-"

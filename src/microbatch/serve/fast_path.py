@@ -1,7 +1,7 @@
 """The fast path of ``POST /predict`` (and ``/predict/{route}``) on a connection: the
 result of a queued item answered from its future's callback (no task), or of a
-servable's coroutine from one task; errors answered through :func:`error_response`;
-every response in one write."""
+servable's coroutine from one task; errors answered as their route says
+(``error_answer``); every response in one write."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from ..http.codecs import Codec
-from ..http.predict import Predictor, encode_result, error_response
-from ..http.status import error_reply
+from ..http.predict import ErrorAnswer, Predictor, encode_result
 from ..timing import Timing, failure_line
 from .connection_base import ConnectionBase
 from .limits import CLOSED
@@ -27,12 +26,15 @@ _CLIENT_CLOSED = 499  # recorded in metrics only: nobody is left to answer
 
 class NativeRoute(Protocol):
     """What answering a route's errors needs of it (a :class:`Predictor`, or a
-    :class:`~microbatch.http.stream_route.StreamRoute`)."""
+    :class:`~microbatch.http.stream_route.NativeStreamRoute`)."""
 
     label: str
     max_body_bytes: int
     tells: bool
     failed: Callable[[str, BaseException], None]
+
+    def error_answer(self, error: Exception, accept: bytes | None, request_id: str) -> ErrorAnswer:
+        """How the route answers ``error``."""
 
 
 class FastPath(ConnectionBase):
@@ -94,17 +96,15 @@ class FastPath(ConnectionBase):
         if self._phase == CLOSED:
             self._record(route.label, _CLIENT_CLOSED)
             return
-        status, body, media_type, headers = error_response(
-            error, self._header(b"accept"), self._request_id, route.failed
-        )
+        answer = route.error_answer(error, self._header(b"accept"), self._request_id)
         lines = self._request_id_line() + self._connection_line()
         now = time.monotonic()
         if route.tells:  # what is known: the stage it failed in, time there, total
-            name = error_reply(error).error
-            lines += failure_line(self._timing, now - self._started, now, name)
-        self._write(head(status, media_type, len(body), headers, lines) + body)
-        self._record(route.label, status, now)
-        self.response_complete(status)
+            lines += failure_line(self._timing, now - self._started, now, answer.name)
+        body = answer.body
+        self._write(head(answer.status, answer.media_type, len(body), answer.headers, lines) + body)
+        self._record(route.label, answer.status, now)
+        self.response_complete(answer.status)
 
     def _record(self, label: str, status: int, now: float | None = None) -> None:
         """Count and log the response (``now``: when it was answered, on

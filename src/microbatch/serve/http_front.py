@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from ..clock import Clock
 from ..http.predict import Predictor
-from ..http.stream_route import StreamRoute
+from ..http.stream_route import NativeStreamRoute
 from .connection import HttpConnection
 from .limits import AsgiApp, ConnectionLimits, Record
 
@@ -39,7 +39,7 @@ class Front:
         predictors: Mapping[str, Predictor] | None = None,
         record: Record | None = None,
         clock: Clock | None = None,
-        streams: Mapping[str, StreamRoute] | None = None,
+        streams: Mapping[str, NativeStreamRoute] | None = None,
     ) -> None:
         self.app = app
         self.clock = clock

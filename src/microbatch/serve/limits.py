@@ -12,7 +12,7 @@ from ..clock import Clock
 
 if TYPE_CHECKING:
     from ..http.predict import Predictor
-    from ..http.stream_route import StreamRoute
+    from ..http.stream_route import NativeStreamRoute
 
 __all__ = [
     "BODY",
@@ -78,7 +78,7 @@ class ConnectionOwner(Protocol):
         """The fast routes by path."""
 
     @property
-    def streams(self) -> Mapping[bytes, StreamRoute]:
+    def streams(self) -> Mapping[bytes, NativeStreamRoute]:
         """The stream routes answered without ASGI, by path."""
 
     @property

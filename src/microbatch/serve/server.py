@@ -21,7 +21,7 @@ import uvloop
 
 from ..http.asgi import Receive, Scope, Send
 from ..http.predict import Predictor
-from ..http.stream_route import StreamRoute
+from ..http.stream_route import NativeStreamRoute
 from ..pipeline.worker_env import share_serving_cores
 from .acceptor import Acceptor
 from .drain import ShutdownSequence
@@ -89,7 +89,7 @@ class ServedApp(Protocol):
     def native_predictors(self) -> dict[str, Predictor]:
         """The routes answered without ASGI, by path (may be empty)."""
 
-    def native_streams(self) -> dict[str, StreamRoute]:
+    def native_streams(self) -> dict[str, NativeStreamRoute]:
         """The stream routes answered without ASGI, by path (may be empty)."""
 
     def record(self, route: str, status: int, seconds: float, request_id: str, client: str) -> None:

@@ -1,7 +1,9 @@
 """Streams on a connection without ASGI: ``POST /stream`` (and ``/stream/{route}``,
-and a predict path whose ``Accept`` asks for a stream) written straight to the
-transport by one task per stream, through the same chunk loop as the ASGI app
-(:func:`~microbatch.http.streams.write_stream`).
+a predict path whose ``Accept`` asks for a stream, and the OpenAI completion routes'
+streamed answers) written straight to the transport by one task per stream, through
+the same chunk loop as the ASGI app (:func:`~microbatch.http.streams.write_stream`).
+A request that its route leaves to the ASGI app (see
+:class:`~microbatch.http.stream_route.NativeStreamRoute`) goes there, its body too.
 
 The head goes out with the first chunk (or with the end, for a stream of none);
 an error before the first chunk is an ordinary error response. The body is chunked
@@ -18,7 +20,7 @@ from typing import Any
 
 from ..http.request_id import REQUEST_ID_HEADER
 from ..http.server_timing import FIRST_CHUNK
-from ..http.stream_route import StreamRequest, StreamRoute
+from ..http.stream_route import NativeStreamRoute
 from ..http.streams import Framing, write_stream
 from ..streams import stop_reading
 from .fast_path import FastPath
@@ -34,30 +36,48 @@ _LAST_CHUNK = b"0\r\n\r\n"
 class StreamPath(FastPath):
     """A connection's streams (see the module's docstring)."""
 
-    def _take_stream(self, route: StreamRoute, has_body: bool) -> None:
+    def _give_to_asgi(self, body: bytes) -> None:
+        """Answer the current request through the ASGI app, its whole ``body`` read
+        already."""
+        raise NotImplementedError
+
+    def _take_stream(self, route: NativeStreamRoute, has_body: bool) -> bool:
         """The request's headers are in and ask for a stream: check them now (an
-        error is answered at once; the body is then read and dropped)."""
+        error is answered at once; the body is then read and dropped). False: the
+        route leaves the request to the ASGI app."""
+        try:
+            checked = route.check(self._named)
+        except Exception as error:
+            checked = error
+        if checked is None:
+            return False
         self._stream_route = route
         self._request_id = route.request_id(self._header(REQUEST_ID_HEADER))
-        try:
-            self._stream_request = route.check(self._named)
-        except Exception as error:
-            self._answer_error(error, route)
-            return
-        if has_body and self._continue:
-            self._write(CONTINUE)
+        if isinstance(checked, Exception):
+            self._answer_error(checked, route)
+        else:
+            self._stream_request = checked
+            if has_body and self._continue:
+                self._write(CONTINUE)
+        return True
 
-    def _open_stream(self, route: StreamRoute, request: StreamRequest, body: bytes) -> None:
-        """The whole body is in: open the stream, and start writing it."""
+    def _open_stream(self, route: NativeStreamRoute, checked: object, body: bytes) -> None:
+        """The whole body is in: open the stream and start writing it, or give the
+        request to the ASGI app."""
         try:
-            chunks = route.open(request, body, self._headers)
+            opened = route.open(checked, body, self._headers)
         except Exception as error:
             self._answer_error(error, route)
             return
-        self._task = self._loop.create_task(self._write_stream(route, chunks, request.framing))
+        if opened is None:
+            self._stream_route = self._stream_request = None
+            self._give_to_asgi(body)
+            return
+        writing = self._write_stream(route, opened.chunks, opened.framing)
+        self._task = self._loop.create_task(writing)
 
     async def _write_stream(
-        self, route: StreamRoute, chunks: AsyncIterator[Any], framing: Framing
+        self, route: NativeStreamRoute, chunks: AsyncIterator[Any], framing: Framing
     ) -> None:
         try:
             status = await write_stream(_ConnectionOut(self, route, framing), chunks, framing)
@@ -86,7 +106,7 @@ class _ConnectionOut:
         """Always: the connection writes at once unless its client reads slowly."""
         return True
 
-    def __init__(self, connection: StreamPath, route: StreamRoute, framing: Framing) -> None:
+    def __init__(self, connection: StreamPath, route: NativeStreamRoute, framing: Framing) -> None:
         self._connection = connection
         self._route = route
         self._framing = framing
