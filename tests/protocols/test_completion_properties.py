@@ -1,7 +1,9 @@
 """OpenAI completions under concurrency, as a property: random sets of requests
 sent at once to one app (prompts that may fail part-way, several prompts and
 choices, stop sequences, ``max_tokens``, streamed or not, completions or chat)
-each get exactly their own texts, or their own error, and nothing else.
+each get exactly their own texts, or their own error, and nothing else: through
+the ASGI app, and through ``microbatch serve``'s connection layer (which opens and
+writes the streamed answers itself, and hands the others to the ASGI app).
 
 The model (:class:`~tests.protocols.models.Speller`) spells each prompt back a
 character a step, round and round, and fails an item whose turn comes to a ``!``,
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,7 +25,7 @@ import microbatch
 from microbatch.http import CompletionModel, HttpApp
 from microbatch.http.completion_requests import ChatMessage
 from microbatch.http.completions import plain_chat_template
-from tests.http.conftest import serving
+from tests.http.conftest import serving, serving_natively
 
 from .models import Speller
 
@@ -113,16 +116,19 @@ def _answered(ask: Ask, reply: httpx.Response) -> tuple[list[tuple[str, str | No
     return got, failed
 
 
+@pytest.mark.parametrize("served", [serving, serving_natively], ids=["asgi", "connection"])
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(asks, min_size=1, max_size=6))
-def test_every_request_gets_exactly_its_own_texts_or_its_own_error(sent: list[Ask]) -> None:
+def test_every_request_gets_exactly_its_own_texts_or_its_own_error(
+    served: Any, sent: list[Ask]
+) -> None:
     service = microbatch.Service(
         microbatch.Stage(Speller, mode="thread", max_batch_size=4), name="spell"
     )
     service.completion_model = CompletionModel()  # type: ignore[attr-defined]
 
     async def send_all() -> list[httpx.Response]:
-        async with serving(HttpApp(service)) as client:
+        async with served(HttpApp(service)) as client:
             posts = [
                 client.post(
                     "/v1/chat/completions" if ask.chat else "/v1/completions", json=ask.body()

@@ -6,6 +6,7 @@ official client reads it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -224,3 +225,26 @@ def test_the_official_client_streams_from_a_served_service() -> None:
             assert whole.choices[0].text == "aba"
             with pytest.raises(openai.NotFoundError):
                 client.completions.create(model="nobody", prompt="ab", stream=True)
+
+
+@pytest.mark.parametrize("stop", [None, "never"], ids=["straight", "read-by-a-task"])
+async def test_a_client_that_leaves_mid_stream_frees_its_slot_natively(stop: str | None) -> None:
+    service: microbatch.Service[object, object] = microbatch.Service(
+        microbatch.Stage(Speller, mode="thread", max_batch_size=1), name="spell"
+    )
+    service.completion_model = CompletionModel()  # type: ignore[attr-defined]
+    app = HttpApp(service)
+    recorded = _Recorded(app)
+    endless = {"model": "spell", "prompt": "~", "max_tokens": 100_000, "stream": True}
+    if stop is not None:
+        endless["stop"] = stop
+    async with serving_natively(app) as client:
+        async with client.stream("POST", "/v1/completions", json=endless) as response:
+            async for line in response.aiter_lines():
+                if line.startswith("data: "):
+                    break  # one event, then the client leaves
+        # one item at a time: this one runs only once the first left its slot
+        short = {"model": "spell", "prompt": "ab", "max_tokens": 2}
+        reply = await asyncio.wait_for(client.post("/v1/completions", json=short), 10)
+        assert reply.json()["choices"][0]["text"] == "ab"
+    assert recorded.native[0] == ("/v1/completions", 499)  # the client closed it
