@@ -63,7 +63,6 @@ class NativeStreamRoute(Protocol):
     label: str
     max_body_bytes: int
     tells: bool
-    failed: Callable[[str, BaseException], None]
     request_id: Callable[[bytes | None], str]
 
     def check(self, headers: HeaderMap) -> object | None:

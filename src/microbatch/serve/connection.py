@@ -247,7 +247,7 @@ class HttpConnection(StreamPath):
         self._predictor = None
         self._checked = None
         self._stream_route = None
-        self._stream_request = None
+        self._stream_checked = None
         self._cycle = None
         self._timing = None
 
@@ -366,7 +366,7 @@ class HttpConnection(StreamPath):
             return
         predictor, checked = self._predictor, self._checked
         if predictor is None or checked is None:
-            stream_route, stream_checked = self._stream_route, self._stream_request
+            stream_route, stream_checked = self._stream_route, self._stream_checked
             if stream_route is not None and stream_checked is not None:
                 self._open_stream(stream_route, stream_checked, self._take_whole_body())
             return

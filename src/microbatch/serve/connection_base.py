@@ -80,7 +80,7 @@ class ConnectionBase(asyncio.Protocol):
         self._predictor: Predictor | None = None
         self._checked: Checked | None = None
         self._stream_route: NativeStreamRoute | None = None  # the request asks for a stream
-        self._stream_request: object | None = None  # what its route's check gave
+        self._stream_checked: object | None = None  # what its route's check gave
         self._started = 0.0
         self._request_id = ""
         self._client = "-"

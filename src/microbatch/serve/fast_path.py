@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any, Protocol
 
 from ..http.codecs import Codec
@@ -31,7 +31,6 @@ class NativeRoute(Protocol):
     label: str
     max_body_bytes: int
     tells: bool
-    failed: Callable[[str, BaseException], None]
 
     def error_answer(self, error: Exception, accept: bytes | None, request_id: str) -> ErrorAnswer:
         """How the route answers ``error``."""

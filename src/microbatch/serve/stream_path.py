@@ -56,7 +56,7 @@ class StreamPath(FastPath):
         if isinstance(checked, Exception):
             self._answer_error(checked, route)
         else:
-            self._stream_request = checked
+            self._stream_checked = checked
             if has_body and self._continue:
                 self._write(CONTINUE)
         return True
@@ -70,7 +70,7 @@ class StreamPath(FastPath):
             self._answer_error(error, route)
             return
         if opened is None:
-            self._stream_route = self._stream_request = None
+            self._stream_route = self._stream_checked = None
             self._give_to_asgi(body)
             return
         writing = self._write_stream(route, opened.chunks, opened.framing)
