@@ -21,6 +21,7 @@ from microbatch.errors import Overloaded
 from microbatch.http import CompletionModel, HttpApp, HttpConfig
 from tests.http.conftest import serving as serving_in_process
 from tests.http.conftest import serving_natively
+from tests.serve.connection_harness import Point, StreamingDoubler
 
 from .conftest import serving
 from .models import Speller
@@ -163,42 +164,21 @@ async def test_a_deadline_before_the_first_chunk_is_504_openais_way_natively() -
         assert recorded.native == [("/v1/completions", 504)]
 
 
-class _Refusing:
+class _Refusing(StreamingDoubler):
     """A text generator whose streams are all refused: the queue is full."""
 
     name = "full"
-    input_type = str
-    output_type = str
-    examples = ()
-    ready = True
 
     def __init__(self) -> None:
-        self.routes: dict[str, Any] = {}
-        self.completion_model = CompletionModel()
+        super().__init__()
+        self.completion_model = CompletionModel(item=lambda asked: Point(len(asked.prompt)))
 
-    async def start(self) -> None:
-        pass
-
-    async def close(self) -> None:
-        pass
-
-    async def submit(self, item: str, **_: Any) -> str:
-        raise Overloaded("full")
-
-    def can_stream(self, route: str | None = None) -> bool:
-        return route is None
-
-    def stream(self, item: str, **_: Any) -> AsyncIterator[str]:
+    def stream(self, item: Point, **_: Any) -> AsyncIterator[Any]:
         raise Overloaded("no room for another stream")
-
-    def stats(self) -> Any:
-        from microbatch.stats import ServiceStats
-
-        return ServiceStats(True, False, 0, ())
 
 
 async def test_a_stream_the_servable_refuses_is_503_openais_way_natively() -> None:
-    asgi_app, native_app = HttpApp(_Refusing()), HttpApp(_Refusing())  # type: ignore[arg-type]
+    asgi_app, native_app = HttpApp(_Refusing()), HttpApp(_Refusing())
     recorded = _Recorded(native_app)
     asked = {"model": "full", "prompt": "a", "stream": True}
     async with serving_in_process(asgi_app) as asgi, serving_natively(native_app) as native:

@@ -190,21 +190,30 @@ async def test_a_pipelines_steps_link_to_its_streams_and_untraced_steps_make_no_
     assert not [span for span in exporter.get_finished_spans() if span.name == STEP_SPAN]
 
 
-async def test_each_choice_of_a_completion_is_a_stream_span(
-    exporter: InMemorySpanExporter,
-) -> None:
+def _spelling(exporter: InMemorySpanExporter) -> HttpApp:
+    """An app over a text generator that spells its prompts, tracing to ``exporter``."""
     from microbatch.http import CompletionModel
     from tests.protocols.models import Speller
 
     service = Service(Stage(Speller, mode="thread", max_batch_size=4), name="spell")
     service.completion_model = CompletionModel()  # type: ignore[attr-defined]
+    return HttpApp(service, tracer=tracer_to(exporter))
+
+
+async def _completed(client: Any, body: dict[str, Any], header: str) -> Any:
+    return await asyncio.wait_for(
+        client.post("/v1/completions", json=body, headers={"traceparent": header}),
+        HANG_GUARD_S,
+    )
+
+
+async def test_each_choice_of_a_completion_is_a_stream_span(
+    exporter: InMemorySpanExporter,
+) -> None:
     header, trace_id, parent_id = traceparent(0)
     body = {"model": "spell", "prompt": ["abc", "xyz"], "max_tokens": 5, "stop": "y"}
-    async with serving(HttpApp(service, tracer=tracer_to(exporter))) as client:
-        reply = await asyncio.wait_for(
-            client.post("/v1/completions", json=body, headers={"traceparent": header}),
-            HANG_GUARD_S,
-        )
+    async with serving(_spelling(exporter)) as client:
+        reply = await _completed(client, body, header)
     assert reply.status_code == 200
     assert [choice["text"] for choice in reply.json()["choices"]] == ["abcab", "x"]
     spans = [s for s in exporter.get_finished_spans() if s.name == "POST /v1/completions"]
@@ -221,18 +230,10 @@ async def test_a_streamed_completion_of_a_traced_app_keeps_its_span_on_the_conne
 ) -> None:
     # The connection layer leaves a traced app's completions to its ASGI route,
     # where each choice's stream gets its span.
-    from microbatch.http import CompletionModel
-    from tests.protocols.models import Speller
-
-    service = Service(Stage(Speller, mode="thread", max_batch_size=4), name="spell")
-    service.completion_model = CompletionModel()  # type: ignore[attr-defined]
     header, trace_id, parent_id = traceparent(1)
     body = {"model": "spell", "prompt": "abc", "max_tokens": 4, "stream": True}
-    async with serving_natively(HttpApp(service, tracer=tracer_to(exporter))) as client:
-        reply = await asyncio.wait_for(
-            client.post("/v1/completions", json=body, headers={"traceparent": header}),
-            HANG_GUARD_S,
-        )
+    async with serving_natively(_spelling(exporter)) as client:
+        reply = await _completed(client, body, header)
     assert reply.status_code == 200 and reply.text.endswith("data: [DONE]\n\n")
     (span,) = [s for s in exporter.get_finished_spans() if s.name == "POST /v1/completions"]
     assert span.context.trace_id == trace_id

@@ -34,7 +34,7 @@ from .asgi import Receive, Scope, Send, header, send_response
 from .completion_answers import OPENAI_SSE, Answer, whole_answer
 from .completion_choices import Choices
 from .completion_requests import Asked, ChatMessage, chat_asked, completion_asked
-from .openai_errors import MAX_INPUTS, OpenAIError, param_of, send_error
+from .openai_errors import MAX_INPUTS, OpenAIError, param_of, send_error, unknown_model
 from .request_body import ClientDisconnected
 from .routing import (
     CLIENT_CLOSED,
@@ -355,12 +355,7 @@ def asked_of(
         asked = completion_asked(body)
     generator = generators.get(asked.model)
     if generator is None:
-        raise OpenAIError(
-            404,
-            f"The model '{asked.model}' does not exist; this server has {sorted(generators)}",
-            code="model_not_found",
-            param="model",
-        )
+        raise unknown_model(asked.model, generators)
     if chat:
         asked = replace(asked, prompts=[generator.declared.chat_template(messages)])
     return asked, generator

@@ -26,7 +26,7 @@ from ..inference import submit_all
 from ..signature import field_values, record_fields
 from ..types import Servable, deadline_from
 from .asgi import Receive, Scope, Send, send_response
-from .openai_errors import MAX_INPUTS, OpenAIError, send_error
+from .openai_errors import MAX_INPUTS, OpenAIError, send_error, unknown_model
 from .routing import (
     CLIENT_CLOSED,
     ClientGone,
@@ -166,13 +166,7 @@ def _embeddings(host: RouteHost, embedders: Mapping[str, _Embedder]) -> Handler:
             request = _parse(body)
             embedder = embedders.get(request.model)
             if embedder is None:
-                raise OpenAIError(
-                    404,
-                    f"The model '{request.model}' does not exist; this server has "
-                    f"{sorted(embedders)}",
-                    code="model_not_found",
-                    param="model",
-                )
+                raise unknown_model(request.model, embedders)
             texts, tokens = _texts(embedder.declared, request.input)
             items = [embedder.item(text) for text in texts]
             deadline = deadline_from(timeout_s)

@@ -7,6 +7,7 @@ the official client raises its own exceptions (``NotFoundError``, ``APIError``..
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -15,7 +16,15 @@ from .asgi import Send, send_response
 from .server_timing import note_error
 from .status import error_reply
 
-__all__ = ["MAX_INPUTS", "OpenAIError", "error_body", "error_shape", "param_of", "send_error"]
+__all__ = [
+    "MAX_INPUTS",
+    "OpenAIError",
+    "error_body",
+    "error_shape",
+    "param_of",
+    "send_error",
+    "unknown_model",
+]
 
 MAX_INPUTS = 2048
 """The most inputs one OpenAI request may carry (texts to embed; choices of a
@@ -40,6 +49,16 @@ class OpenAIError(Exception):
         self.message = message
         self.code = code
         self.param = param
+
+
+def unknown_model(asked: str, known: Iterable[str]) -> OpenAIError:
+    """The 404 for a request whose ``model`` is none of ``known``."""
+    return OpenAIError(
+        404,
+        f"The model '{asked}' does not exist; this server has {sorted(known)}",
+        code="model_not_found",
+        param="model",
+    )
 
 
 def error_body(error: BaseException, route: str) -> tuple[int, dict[str, Any], list[Any]]:
