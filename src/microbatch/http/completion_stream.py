@@ -95,8 +95,6 @@ class CompletionStream(BodyRoute):
 
     def error_answer(self, error: Exception, accept: bytes | None, request_id: str) -> ErrorAnswer:
         """``error`` OpenAI's way, as the ASGI route answers it."""
-        status, body, headers = error_body(
-            error, "chat completions" if self._chat else "completions"
-        )
+        status, body, headers = error_body(error, self._what)
         name = body["error"]["code"] or body["error"]["type"]
         return ErrorAnswer(status, _encode(body), JSON.media_type, headers, name)

@@ -177,13 +177,12 @@ class TextGenerator:
     ) -> Choices:
         """Open one stream per item (none, if one is refused: overload is 503), each
         under a span of its own when ``traced`` gives a tracer."""
+        if traced.tracer is None:
+            return self.open_now(items, deadline, first)
         streams: list[AsyncIterator[Any]] = []
         open_stream = self.servable.stream
         try:
             for item in items:
-                if traced.tracer is None:
-                    streams.append(open_stream(item, deadline=deadline, first_chunk_deadline=first))
-                    continue
                 span = traced.tracer.stream_span(traced.path, traced.headers)
                 streams.append(
                     span.open(open_stream, item, deadline=deadline, first_chunk_deadline=first)
