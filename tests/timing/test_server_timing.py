@@ -11,6 +11,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from microbatch._batch_timing import record_batch
 from microbatch.batcher import Batcher
@@ -102,6 +104,27 @@ def test_a_batchs_shared_part_makes_whole_entries_in_order_and_the_same_header()
     assert compact.stages[0].queued_s == pytest.approx(0.003)
     assert compact.stages[1].queued_s == 0.0
     assert compact.failure_value(10.03, "X") == whole.failure_value(10.03, "X")
+
+
+@given(
+    queued_ms=st.floats(-5.0, 5_000.0, allow_nan=False),
+    total_ms=st.floats(0.0, 100_000.0, allow_nan=False),
+)
+def test_a_one_stage_header_writes_each_time_to_the_nearest_hundredth_of_a_ms(
+    queued_ms: float, total_ms: float
+) -> None:
+    # The one-stage line (every request's) writes its times from whole numbers; each
+    # is the time to 0.01 ms, a negative wait is 0, and the text is what %.2f writes
+    # but at an exact tie.
+    timing = Timing(10.0)
+    timing.add(BatchPart("embed", 10.0 + queued_ms / 1e3, 0.0, 0.001, 4, None), 10.0)
+    line = timing.header_line(10.0 + total_ms / 1e3)
+    assert line.startswith(b"server-timing: ") and line.endswith(b"\r\n")
+    metrics = parse_server_timing(line[len(b"server-timing: ") : -2].decode())
+    for name, true_ms in (("embed.queue", max(queued_ms, 0.0)), ("total", total_ms)):
+        written = metrics[name]["dur"]
+        assert re.fullmatch(r"\d+\.\d\d", written)
+        assert abs(float(written) - true_ms) <= 0.005 + 1e-6
 
 
 def test_record_batch_shares_one_part_but_keeps_each_records_own_stage_name() -> None:

@@ -301,16 +301,16 @@ class HttpApp:
         if wants_stream(accept) and _stream_path(route) in self._routes:
             return await self._stream(scope, receive, send, _predict_path(route))
         predictor = self._predictors[_predict_path(route)]
-        deadline, decode, encoder = predictor.check(dict(scope["headers"]), authorize=False)
-        item = decode(await self.read_body(scope, receive))
+        checked = predictor.check(dict(scope["headers"]), authorize=False)
+        item = checked.decode(await self.read_body(scope, receive))
         timing = predictor.timing(scope["headers"])
         told = noted()
         if told is not None:  # its Server-Timing, failed or not (see tell_timing)
             told.timing = timing
-        submitted = predictor.submit_item(item, deadline, timing)
+        submitted = predictor.submit_item(item, checked.deadline, timing)
         result = await until_disconnect(scope, receive, _awaited(submitted))
-        body = encode_result(encoder, result)
-        await send_response(send, 200, body, encoder.media_type)
+        body = encode_result(checked.encoder, result)
+        await send_response(send, 200, body, checked.encoder.media_type)
         return 200
 
     async def _stream(self, scope: Scope, receive: Receive, send: Send, path: str) -> int:

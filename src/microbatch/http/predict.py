@@ -47,6 +47,7 @@ __all__ = [
     "RouteSettings",
     "check_bearer",
     "check_body_length",
+    "content_length",
     "encode_result",
     "error_response",
     "remembered_decoder",
@@ -74,12 +75,17 @@ class DrainState(Protocol):
         """Shutdown has begun: no new item is taken."""
 
 
-class Checked(NamedTuple):
-    """A request whose headers passed: its deadline, body decoder and result codec."""
+class Checked:
+    """A request whose headers passed: its deadline, body decoder and result codec.
+    (A plain class: compiled, it is made without the Python call a NamedTuple's
+    ``__new__`` costs on every request.)"""
 
-    deadline: float | None
-    decode: Decoder
-    encoder: Codec
+    __slots__ = ("deadline", "decode", "encoder")
+
+    def __init__(self, deadline: float | None, decode: Decoder, encoder: Codec) -> None:
+        self.deadline = deadline
+        self.decode = decode
+        self.encoder = encoder
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,12 +333,28 @@ def check_body_length(length: bytes | None, limit: int) -> None:
     """
     if length is None:
         return
-    try:
-        size = int(length)
-    except ValueError:
-        raise BadRequest("Content-Length is not a number") from None
+    size = content_length(length)
+    if size < 0:
+        raise BadRequest("Content-Length is not a number")
     if size > limit:
         raise BodyTooLarge(f"the body has {size} bytes; the limit is {limit}")
+
+
+def content_length(value: bytes) -> int:
+    """A ``Content-Length`` value's number (as ``int()`` reads it), or -1 where it is
+    not a number. Digits alone are read here: compiled, far cheaper than ``int()``."""
+    if 0 < len(value) <= 18:
+        size = 0
+        for digit in value:
+            if digit < 48 or digit > 57:
+                break
+            size = size * 10 + digit - 48
+        else:
+            return size
+    try:
+        return int(value)
+    except ValueError:
+        return -1
 
 
 def timeout_from_header(given: bytes | None, default: float) -> float:

@@ -35,6 +35,7 @@ from urllib.parse import unquote
 import httptools
 
 from ..http.asgi import BODY_DEADLINE_EXTENSION, DISCONNECT_EXTENSION
+from ..http.predict import content_length
 from ..http.request_id import REQUEST_ID_HEADER
 from ..http.status import BodyTooLarge
 from ..http.streams import wants_stream
@@ -319,10 +320,8 @@ class HttpConnection(StreamPath):
         else:
             length = named.get(b"content-length")
             if length is not None:
-                try:
-                    self._remaining = int(length)
-                except ValueError:
-                    self._remaining = 0  # the parser refuses it
+                size = content_length(length)
+                self._remaining = size if size >= 0 else 0  # else the parser refuses it
         expect = named.get(b"expect")
         if expect is not None:
             self._continue = expect.lower() == b"100-continue"
