@@ -84,6 +84,13 @@ class HttpApp:
             tracer = configure()
         self.tracer = tracer
         self.metrics = HttpMetrics(target.stats)
+        tally = self.metrics.requests.tally
+        if self.config.access_log:
+            tally.access_log = log_access_line
+        self.record = tally.answered
+        """Count (and access-log) one request that a server answered without ASGI (see
+        :meth:`native_predictors`): ``record(route, status, seconds, request_id,
+        client)``. Compiled, with no Python call per request (``request_tally.py``)."""
         self.openapi = openapi_document(
             self.config.api_title or target.name,
             self.config.api_version or __version__,
@@ -214,13 +221,6 @@ class HttpApp:
             if path in self._routes and self._routes[path][1] is handler:
                 routes[path] = route
         return routes
-
-    def record(self, route: str, status: int, seconds: float, request_id: str, client: str) -> None:
-        """Count (and access-log) one request that a server answered without ASGI
-        (see :meth:`native_predictors`)."""
-        self.metrics.record(route, status, seconds)
-        if self.config.access_log:
-            log_access_line(client, "POST", route, status, seconds, request_id)
 
     @property
     def draining(self) -> bool:

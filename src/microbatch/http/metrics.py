@@ -6,7 +6,6 @@ service (queues, batches, workers) is read from ``stats()`` when Prometheus scra
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -25,9 +24,9 @@ from ..stats import (
     CHUNKS_BUCKETS,
     QUEUE_WAIT_BUCKETS_S,
     STREAM_TIME_BUCKETS_S,
-    Histogram,
     ServiceStats,
 )
+from .request_tally import RequestTally
 
 __all__ = [
     "BATCH_SIZE_BUCKETS",
@@ -256,34 +255,28 @@ class RequestCounts:
 class RequestCollector(Collector):
     """Counts finished requests by route and status, and their latencies by route.
 
-    Recording is a dict update and a bisection, with no lock (the event loop records
-    from one thread): cheap enough for every request. Prometheus families are built
+    Recording is a dict update and a bisection in the compiled :attr:`tally`, with no
+    lock (the event loop records from one thread). Prometheus families are built
     only when it scrapes. Under ``serve --workers N`` each HTTP process records its
     own requests and learns the others' as :attr:`others`; a scrape shows the sum.
     """
 
     def __init__(self) -> None:
-        self._counts: dict[tuple[str, int], int] = {}
-        self._latencies: dict[str, Histogram] = {}
+        self.tally = RequestTally(_LATENCY_BUCKETS_S)
+        """Where this process's requests are counted."""
+        self.record = self.tally.record
+        """Count one finished request and its latency: ``record(route, status, seconds)``."""
         self.others = RequestCounts()
-
-    def record(self, route: str, status: int, seconds: float) -> None:
-        """Count one finished request and its latency."""
-        key = (route, status)
-        counts = self._counts
-        counts[key] = counts.get(key, 0) + 1
-        histogram = self._latencies.get(route)
-        if histogram is None:
-            histogram = self._latencies[route] = Histogram(_LATENCY_BUCKETS_S)
-        histogram.counts[bisect_left(_LATENCY_BUCKETS_S, seconds)] += 1  # Histogram.add, inline
-        histogram.total += seconds
 
     def snapshot(self) -> RequestCounts:
         """What this process has recorded so far (a copy)."""
-        return RequestCounts(
-            dict(self._counts),
-            {route: (list(h.counts), h.total) for route, h in self._latencies.items()},
-        )
+        statuses: dict[tuple[str, int], int] = {}
+        latencies: dict[str, tuple[list[int], float]] = {}
+        for route, tally in self.tally.routes.items():
+            for status, count in tally.statuses().items():
+                statuses[route, status] = count
+            latencies[route] = (list(tally.buckets), tally.seconds)
+        return RequestCounts(statuses, latencies)
 
     def collect(self) -> Iterator[Metric]:
         """Yield the request counter and the latency histogram."""
