@@ -10,8 +10,9 @@ processes, threads, or the user's function wrapped in an in-process runner), whi
 reports when the batch really started and ended; the policy learns from that.
 
 This module is the callers' side (submitting, admission, cancellation, deadlines,
-closing); releasing batches and settling them is its base class's (``_release.py``),
-the queued entries are ``_entries.py``'s.
+closing); queueing one item and letting it go is its base class's
+(``_queueing.py``), releasing batches and settling them that one's base's
+(``_release.py``); the queued entries are ``_entries.py``'s.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import asyncio
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
@@ -28,10 +28,10 @@ from ._deadlines import DeadlineWatch
 from ._entries import Entry as _Entry
 from ._inprocess import FunctionRunner, function_runner
 from ._intake import Intake, Part
-from ._release import BatchRelease
+from ._queueing import BatchQueueing
 from .clock import Clock, MonotonicClock, Timer
 from .config import BatchConfig
-from .errors import BatcherClosed, DeadlineExceeded
+from .errors import BatcherClosed
 from .execution import settle
 from .policy import Policy
 from .stats import BatcherStats
@@ -48,7 +48,7 @@ BatchFunction = (
 )
 
 
-class Batcher(BatchRelease, Generic[T, R]):
+class Batcher(BatchQueueing, Generic[T, R]):
     """Gathers items submitted by asyncio callers into batches.
 
     Give it either a batch function or a runner. ``fn`` takes a list of items and
@@ -217,18 +217,7 @@ class Batcher(BatchRelease, Generic[T, R]):
         """
         if not self._intake.plain:
             raise TypeError("submit_nowait() needs items without rows, size_fn, cost_fn or timeout")
-        entry = self._enqueue_plain(item, deadline)
-        entry.timing = timing
-        entry.future.add_done_callback(partial(self._settled, entry, on_settled))
-        return entry.future
-
-    def _settled(
-        self, entry: _Entry, on_settled: Callable[[], None] | None, future: asyncio.Future[Any]
-    ) -> None:
-        if future.cancelled():
-            self._abandon(entry)
-        if on_settled is not None:
-            on_settled()
+        return self._queue_nowait(item, deadline, timing, on_settled)
 
     def stats(self) -> BatcherStats:
         """A snapshot of the counters (see :class:`~microbatch.stats.BatcherStats`)."""
@@ -267,48 +256,6 @@ class Batcher(BatchRelease, Generic[T, R]):
     ) -> None:
         await self.close()
 
-    # -- intake ------------------------------------------------------------------
-
-    def _enqueue_plain(self, item: Any, deadline: float | None) -> _Entry:
-        """Admit and queue one item of one unit (a plain intake)."""
-        loop = self._bind()
-        now = self._now()
-        if (
-            self._intake.closing
-            or self._state.count >= self._max_queue
-            or (deadline is not None and deadline <= now)
-        ):
-            self._intake.admit(1, deadline)  # raises BatcherClosed, Overloaded or expired
-        return self._enqueue(loop, item, 1, deadline, now=now)
-
-    def _enqueue(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        item: Any,
-        size: int,
-        deadline: float | None,
-        part: Part | None = None,
-        now: float | None = None,
-    ) -> _Entry:
-        """Queue one admitted part (``part`` gives its cost, when one was measured)."""
-        if now is None:
-            now = self._now()
-        entry = _Entry(item, size, now, loop.create_future(), deadline)
-        if part is not None:
-            part.measure(entry)
-        if deadline is not None:
-            self._deadlines.watch(entry, deadline)  # one timer for every item's deadline
-        self._queue.add(entry, now)
-        if self._may_release():
-            if self._state.size >= self.config.max_batch_size:
-                self._dispatch()
-            else:
-                # Ask the policy once the loop has taken every request that came in
-                # with this one (the same round of I/O), not once per arrival, so the
-                # next batch holds the whole round.
-                self._dispatch_at_round_end(loop)
-        return entry
-
     async def _submit_parts(
         self, parts: list[Part], deadline: float | None, timing: Timing | None
     ) -> Any:
@@ -326,45 +273,6 @@ class Batcher(BatchRelease, Generic[T, R]):
                 self._abandon(entry)
             raise
         return self._intake.result(outcomes)
-
-    def _bind(self) -> asyncio.AbstractEventLoop:
-        """Belong to the running loop: the first to submit, or any once that one is gone."""
-        loop = asyncio.get_running_loop()
-        ref = self._loop_ref
-        if ref is None or ref() is not loop:
-            if ref is not None and ref() is not None:
-                raise RuntimeError("this Batcher belongs to another event loop; make one per loop")
-            self._loop_ref = weakref.ref(loop)
-        return loop
-
-    def _abandon(self, entry: _Entry) -> None:
-        """The caller stopped waiting."""
-        if entry.queued:
-            self._stats.cancelled += 1
-            self._drop(entry)
-            return
-        if entry.timer is not None:
-            entry.timer.cancel()
-        entry.unwanted()
-
-    def _expire(self, entry: _Entry) -> None:
-        entry.timer = None
-        if entry.future.done():
-            return
-        self._stats.expired += 1
-        if entry.queued:
-            self._drop(entry)
-        entry.future.set_exception(
-            DeadlineExceeded("the deadline passed before the result was ready")
-        )
-        entry.unwanted()
-
-    def _drop(self, entry: _Entry) -> None:
-        """Take a queued entry out of the queue: it will not run."""
-        if entry.timer is not None:
-            entry.timer.cancel()
-            entry.timer = None
-        self._queue.drop(entry)
 
 
 def _size_of(intake: Intake[Any]) -> Callable[[Any], int]:
