@@ -98,6 +98,7 @@ async def _measure(connections: int, requests: int) -> float:
     import microbatch
     from microbatch.http.app import HttpApp
     from microbatch.serve.http_front import ConnectionLimits, Front
+    from microbatch.serve.server import quiet_garbage_collector
 
     class Echo(microbatch.Model):
         def predict(self, batch: list[dict[str, float]]) -> list[dict[str, float]]:
@@ -107,6 +108,7 @@ async def _measure(connections: int, requests: int) -> float:
     service = microbatch.Service(microbatch.Stage(Echo, mode="thread", batching=config))
     app = HttpApp(service)
     async with service:
+        quiet_garbage_collector()  # as `microbatch serve` does once its service started
         front = Front(app, ConnectionLimits(), app.native_predictors(), app.record)
         seconds = 0.0
         for measured in (False, True):

@@ -49,16 +49,9 @@ class BatchQueueing(BatchRelease):
         is done, from the batcher's own callback: one callback per item, not two)."""
         entry = BatchQueueing._enqueue_plain(self, item, deadline)
         entry.timing = timing
-        entry.future.add_done_callback(partial(self._settled, entry, on_settled))
+        # A function, not the bound method: no attribute lookup through the Batcher.
+        entry.future.add_done_callback(partial(_settled, self, entry, on_settled))
         return entry.future
-
-    def _settled(
-        self, entry: _Entry, on_settled: Callable[[], None] | None, future: asyncio.Future[Any]
-    ) -> None:
-        if future.cancelled():
-            BatchQueueing._abandon(self, entry)
-        if on_settled is not None:
-            on_settled()
 
     def _enqueue_plain(self, item: Any, deadline: float | None) -> _Entry:
         """Admit and queue one item of one unit (a plain intake)."""
@@ -138,3 +131,16 @@ class BatchQueueing(BatchRelease):
             entry.timer.cancel()
             entry.timer = None
         self._queue.drop(entry)
+
+
+def _settled(
+    batcher: BatchQueueing,
+    entry: _Entry,
+    on_settled: Callable[[], None] | None,
+    future: asyncio.Future[Any],
+) -> None:
+    """A queued item's future is done: withdraw the item if its caller left."""
+    if future.cancelled():
+        BatchQueueing._abandon(batcher, entry)
+    if on_settled is not None:
+        on_settled()
