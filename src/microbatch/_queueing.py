@@ -38,15 +38,18 @@ class BatchQueueing(BatchRelease):
     _loop_ref: weakref.ref[asyncio.AbstractEventLoop] | None
     _max_queue: int
 
-    def _queue_nowait(
+    def queue_nowait(
         self,
         item: Any,
         deadline: float | None,
         timing: Timing | None,
         on_settled: Callable[[], None] | None,
     ) -> asyncio.Future[Any]:
-        """Queue one plain item now; its future (``on_settled()`` is called once it
-        is done, from the batcher's own callback: one callback per item, not two)."""
+        """:meth:`~microbatch.batcher.Batcher.submit_nowait` without its check of
+        :attr:`~microbatch.batcher.Batcher.accepts_nowait`, for a caller that checked
+        it once (a Service's routes): queue one plain item now; its future
+        (``on_settled()`` is called once it is done, from the batcher's own callback:
+        one callback per item, not two)."""
         entry = BatchQueueing._enqueue_plain(self, item, deadline)
         entry.timing = timing
         # A function, not the bound method: no attribute lookup through the Batcher.

@@ -217,7 +217,7 @@ class Batcher(BatchQueueing, Generic[T, R]):
         """
         if not self._intake.plain:
             raise TypeError("submit_nowait() needs items without rows, size_fn, cost_fn or timeout")
-        return self._queue_nowait(item, deadline, timing, on_settled)
+        return self.queue_nowait(item, deadline, timing, on_settled)
 
     def stats(self) -> BatcherStats:
         """A snapshot of the counters (see :class:`~microbatch.stats.BatcherStats`)."""

@@ -295,7 +295,8 @@ class Service(Generic[T, R]):
         if timing is not None:
             timing.stage = lane.stage
         left = self._left  # once the item is answered, failed or withdrawn
-        future = lane.batcher.submit_nowait(item, deadline=deadline, timing=timing, on_settled=left)
+        # the batcher accepts_nowait (checked when the lane was made)
+        future = lane.batcher.queue_nowait(item, deadline, timing, left)
         self._in_flight += 1
         return future
 
