@@ -8,18 +8,20 @@ real :class:`~microbatch.Service` with a thread stage) under ``valgrind
 --tool=callgrind`` twice, with ``--small`` and ``--large`` requests, and divides the
 difference of the two instruction counts by the difference of the requests, so the
 start-up (imports, the service's start) drops out. Threads take turns in a fixed
-order (``--fair-sched=yes``): the same code counted twice gave the same figure within
-0.1 % (without it, the batches varied and the figure by 1.5 %).
+order (``--fair-sched=yes``), so the batches vary little: the same code counted
+twice gave figures 0.1 % apart on a quiet machine and up to 2 % apart on a busy one
+(the batcher's timers still follow the clock).
 
-With ``--profile``, the functions that cost the most per request (inclusive, the
-larger run less the smaller) are listed too, from ``callgrind_annotate``.
+With ``--profile N``, the N compiled functions of microbatch that cost the most per
+request (inclusive, the larger run less the smaller) are listed too.
 
 Run (valgrind: ``apt-get install -y valgrind``; about a minute a tree)::
 
     python benchmarks/front_instructions.py --before-src /tmp/before/src
 
-Compare compiled trees (``benchmarks/compiled_tree.py``) to measure the wheel users
-get; this checkout's ``src/`` is pure Python.
+Compare compiled trees (``benchmarks/compiled_tree.py``, then ``--src`` and
+``--before-src``) to measure the wheel users get; this checkout's ``src/`` is pure
+Python.
 """
 
 from __future__ import annotations
@@ -73,13 +75,16 @@ def inclusive(out: Path) -> dict[str, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before-src", type=Path, help="also count this source tree")
+    parser.add_argument(
+        "--src", type=Path, default=ROOT / "src", help="the tree to count (default: this one's)"
+    )
     parser.add_argument("--small", type=int, default=5_000, help="requests of the first run")
     parser.add_argument("--large", type=int, default=15_000, help="requests of the second run")
     parser.add_argument("--profile", type=int, default=0, help="list this many functions")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("needs valgrind (apt-get install -y valgrind)")
-    trees = {"this checkout": ROOT / "src"}
+    trees = {"this checkout": args.src.resolve()}
     if args.before_src is not None:
         trees = {"before": args.before_src.resolve(), **trees}
     # Each run answers its requests twice (a warm-up, then the measured run).
@@ -91,10 +96,11 @@ def main() -> None:
             print(f"{name}: {per_request:,.0f} instructions per request", flush=True)
             if args.profile:
                 before, after = inclusive(small), inclusive(large)
-                ranked = sorted(after, key=lambda f: before.get(f, 0) - after[f])
+                compiled = [f for f in after if f.startswith("CPyDef_")]
+                ranked = sorted(compiled, key=lambda f: before.get(f, 0) - after[f])
                 for function in ranked[: args.profile]:
                     cost = (after[function] - before.get(function, 0)) / extra
-                    print(f"  {cost:9,.0f}  {function}")
+                    print(f"  {cost:9,.0f}  {function.removeprefix('CPyDef_')}")
 
 
 if __name__ == "__main__":
