@@ -48,9 +48,9 @@ _NAMES: dict[str, bytes] = {}  # stage name -> metric name, worked out once each
 _REST = b'%s.behind;dur=%.2f, %s.model;dur=%.2f, %s.batch;desc="size=%d'
 # A one-stage record's times (every request's) are written from these pieces: about
 # 40% cheaper than a %-template's two %.2f (benchmarks/front_instructions.py).
+_LINE_START = b"server-timing: "  # an HTTP/1.1 response head's line, before the value
 _WHOLE_MS = [str(ms).encode() for ms in range(1000)]  # "0" .. "999"
 _HUNDREDTHS = [b".%02d" % hundredths for hundredths in range(100)]  # ".00" .. ".99"
-_LINE_START = b"server-timing: "
 _new_tuple = tuple.__new__  # a StageTiming without its generated __new__'s cost
 _FAILED = b'%s;dur=%.2f;desc="%s", total;dur=%.2f'
 _REFUSED = b'failed;desc="%s", total;dur=%.2f'
@@ -275,7 +275,7 @@ class Timing:
         part = self._part
         if part is not None and not self._earlier:  # the common case: one stage
             return self._one_stage(_LINE_START, part, end_s, b"\r\n")
-        return b"server-timing: " + self.header_value(end_s) + b"\r\n"
+        return _LINE_START + self.header_value(end_s) + b"\r\n"
 
     def _one_stage(self, start: bytes, part: BatchPart, end_s: float, end: bytes) -> bytes:
         """The value for a record whose one entry is ``part``'s, between ``start`` and
@@ -306,10 +306,10 @@ def failure_line(timing: Timing | None, elapsed_s: float, end_s: float, error: s
     head: from its record when it has one (``end_s`` on the record's clock), else
     from ``elapsed_s`` (empty for a record that is not :attr:`~Timing.told`)."""
     if timing is None:
-        return b"server-timing: " + refused_value(elapsed_s, error) + b"\r\n"
+        return _LINE_START + refused_value(elapsed_s, error) + b"\r\n"
     if not timing.told:
         return b""
-    return b"server-timing: " + timing.failure_value(end_s, error) + b"\r\n"
+    return _LINE_START + timing.failure_value(end_s, error) + b"\r\n"
 
 
 def _entry(entry: StageTiming) -> bytes:

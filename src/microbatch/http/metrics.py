@@ -255,8 +255,8 @@ class RequestCounts:
 class RequestCollector(Collector):
     """Counts finished requests by route and status, and their latencies by route.
 
-    Recording is a dict update and a bisection in the compiled :attr:`tally`, with no
-    lock (the event loop records from one thread). Prometheus families are built
+    Recording is a few field updates in the compiled :attr:`tally`, with no lock
+    (the event loop records from one thread). Prometheus families are built
     only when it scrapes. Under ``serve --workers N`` each HTTP process records its
     own requests and learns the others' as :attr:`others`; a scrape shows the sum.
     """

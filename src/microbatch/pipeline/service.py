@@ -295,8 +295,7 @@ class Service(Generic[T, R]):
         if timing is not None:
             timing.stage = lane.stage
         left = self._left  # once the item is answered, failed or withdrawn
-        # the batcher accepts_nowait (checked when the lane was made)
-        future = lane.batcher.queue_nowait(item, deadline, timing, left)
+        future = lane.batcher.queue_nowait(item, deadline, timing, left)  # accepts_nowait
         self._in_flight += 1
         return future
 
