@@ -63,6 +63,29 @@ class _ClosedParser:
 _CLOSED_PARSER: Any = _ClosedParser()
 
 
+def says_http10(head: bytes) -> bool:
+    """Whether the request line that starts ``head`` (after any empty lines) says
+    ``HTTP/1.0``. The parser checks the line's form (it ends in ``HTTP/``, a digit, a
+    dot, a digit and CRLF); this reads only those last digits, in a compiled loop,
+    without the string that the parser's ``get_http_version()`` formats per request."""
+    start = 0
+    at = 0
+    size = len(head)
+    while at < size:
+        if head[at] == 10:  # "\n": a line ends
+            if at - start > 1:
+                break  # the request line, head[start:at - 1]
+            start = at + 1  # an empty line before it
+        at += 1
+    return (
+        at < size
+        and at - start > 4
+        and head[at - 4] == 49  # "1"
+        and head[at - 3] == 46  # "."
+        and head[at - 2] == 48  # "0"
+    )
+
+
 class HttpConnection(StreamPath):
     """One client connection (see the module's docstring).
 
@@ -187,6 +210,7 @@ class HttpConnection(StreamPath):
             self._refuse(HEADERS_TOO_LARGE)
             return False
         self._scanned = 0
+        self._http10 = says_http10(buffer)
         if end == len(buffer):
             self._buffer = b""
             self._feed(buffer)
@@ -273,7 +297,6 @@ class HttpConnection(StreamPath):
         self._take_framing(self._named)
         parser = self._parser
         self._started = time.monotonic()  # the batcher's clock: Server-Timing starts here
-        self._http10 = parser.get_http_version() == "1.0"
         self._keep_alive = parser.should_keep_alive() and not self._front.closing
         remaining = self._remaining
         has_body = remaining != 0
