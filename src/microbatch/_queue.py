@@ -15,8 +15,8 @@ from typing import Generic, TypeVar
 
 from mypy_extensions import mypyc_attr
 
+from ._queue_state import QueueState
 from .composition import Composer, batch_cost
-from .policy import QueueState
 from .stats import StatsRecorder
 
 __all__ = ["Pending", "PendingQueue"]

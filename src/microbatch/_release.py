@@ -23,11 +23,12 @@ from ._entries import Entry as _Entry
 from ._entries import wanted
 from ._intake import Intake
 from ._queue import PendingQueue
+from ._queue_state import QueueState
 from .clock import Clock, Timer
 from .config import BatchConfig
 from .errors import DeadlineExceeded, MicrobatchError
 from .execution import settle
-from .policy import Policy, QueueState
+from .policy import Policy
 from .stats import StatsRecorder
 from .timing import Timing
 from .types import BatchDone, BatchJob, BatchRunner
