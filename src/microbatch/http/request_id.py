@@ -4,7 +4,6 @@ written while the request is served."""
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 from collections.abc import Awaitable
@@ -28,14 +27,15 @@ class RequestIds:
     counter (unique without a random draw per request)."""
 
     def __init__(self) -> None:
-        self._prefix = os.urandom(6).hex()
-        self._counter = itertools.count(1)
+        self._prefix = os.urandom(6).hex() + "-"
+        self._made = 0
 
     def for_request(self, given: bytes | None) -> str:
         """The client's id if it is 1 to 128 safe characters, else a new one."""
         if given is not None and _SAFE.fullmatch(given):
             return given.decode("ascii")
-        return f"{self._prefix}-{next(self._counter):x}"
+        self._made += 1
+        return self._prefix + str(self._made)  # str(): compiled, cheaper than a format
 
 
 def echo_request_id(send: Send, request_id: str) -> Send:
