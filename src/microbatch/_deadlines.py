@@ -1,42 +1,34 @@
 """Every waiting item's deadline on one timer: the earliest.
 
 A batcher used to set a timer per item (about 3 us of CPU to set and cancel on
-uvloop, for nearly every HTTP request: each one has a deadline). Here the items'
-deadlines wait in a heap and one timer is armed for the earliest; when it fires,
-every item past its deadline that still waits is expired, and the timer is armed
-for the next. Items answered before their deadline are not taken out one by one:
-they are dropped when they reach the top, or all at once when the heap has doubled
-since it was last cleaned (so it stays about as large as the number of waiting
-items).
+uvloop, for nearly every HTTP request: each one has a deadline). Here one timer is
+armed for the earliest deadline; when it fires, every item past its deadline that
+still waits is expired, and the timer is armed for the next.
+
+Most deadlines come in the order of their items, since most requests take the same
+default timeout: those wait in a plain list, in arrival order, which is their
+deadlines' order too. The others (a client's shorter ``X-Request-Timeout-Ms``) wait
+in a heap. Items answered before their deadline are not taken out one by one: they
+are dropped when the timer reaches them, or all at once when the list or the heap
+has doubled since it was last cleaned (so each stays about as large as the number of
+waiting items).
 """
 
 from __future__ import annotations
 
-import asyncio
 import heapq
-import itertools
 import math
 from collections.abc import Callable
-from typing import Any, Generic, Protocol, TypeVar
 
+from ._entries import Entry
 from .clock import Clock, Timer
 
 __all__ = ["DeadlineWatch"]
 
-
-class _Waiting(Protocol):
-    """An item with the future its caller awaits."""
-
-    @property
-    def future(self) -> asyncio.Future[Any]: ...
+_SMALL = 64  # below this many, the list and the heap are never cleaned
 
 
-E = TypeVar("E", bound=_Waiting)
-
-_SMALL = 64  # below this many, the heap is never cleaned
-
-
-class DeadlineWatch(Generic[E]):
+class DeadlineWatch:
     """Calls ``expire(entry)`` once ``entry``'s deadline passes, unless its future is
     done by then.
 
@@ -45,33 +37,39 @@ class DeadlineWatch(Generic[E]):
         expire: Called for each entry whose deadline passed while it still waited.
     """
 
-    def __init__(self, clock: Clock, expire: Callable[[E], None]) -> None:
+    def __init__(self, clock: Clock, expire: Callable[[Entry], None]) -> None:
         self._clock = clock
         self._expire = expire
-        self._heap: list[tuple[float, int, E]] = []
-        self._order = itertools.count()
+        self._line: list[tuple[float, Entry]] = []  # deadlines in arrival order
+        self._line_kept = 0  # its length when it was last cleaned
+        self._heap: list[tuple[float, int, Entry]] = []  # the deadlines out of that order
+        self._heap_kept = 0
+        self._pushed = 0  # breaks ties in the heap (entries do not compare)
         self._timer: Timer | None = None
         self._timer_at = math.inf
-        self._cleaned_size = 0
 
     def __len__(self) -> int:
         """Entries held (answered ones included until they are dropped)."""
-        return len(self._heap)
+        return len(self._line) + len(self._heap)
 
-    def watch(self, entry: E, deadline: float) -> None:
+    def watch(self, entry: Entry, deadline: float) -> None:
         """Expire ``entry`` at ``deadline`` if it still waits then."""
-        heap = self._heap
-        heapq.heappush(heap, (deadline, next(self._order), entry))
-        if len(heap) > 2 * self._cleaned_size + _SMALL:
-            self._clean()
+        line = self._line
+        if not line or line[-1][0] <= deadline:
+            line.append((deadline, entry))
+            if len(line) > 2 * self._line_kept + _SMALL:
+                self._line = line = [held for held in line if not held[1].future.done()]
+                self._line_kept = len(line)
+        else:
+            heap = self._heap
+            self._pushed += 1
+            heapq.heappush(heap, (deadline, self._pushed, entry))
+            if len(heap) > 2 * self._heap_kept + _SMALL:
+                self._heap = heap = [held for held in heap if not held[2].future.done()]
+                heapq.heapify(heap)
+                self._heap_kept = len(heap)
         if deadline < self._timer_at:
             self._arm(deadline)
-
-    def _clean(self) -> None:
-        """Drop the entries already answered."""
-        self._heap = [held for held in self._heap if not held[2].future.done()]
-        heapq.heapify(self._heap)
-        self._cleaned_size = len(self._heap)
 
     def _arm(self, at: float) -> None:
         if self._timer is not None:
@@ -82,14 +80,25 @@ class DeadlineWatch(Generic[E]):
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at = math.inf
-        heap = self._heap
         now = self._clock.now()
+        line = self._line
+        passed = 0
+        while passed < len(line):
+            deadline, entry = line[passed]
+            if not entry.future.done():
+                if deadline > now:
+                    break
+                self._expire(entry)
+            passed += 1
+        del line[:passed]
+        heap = self._heap
         while heap and (heap[0][0] <= now or heap[0][2].future.done()):
-            _, _, entry = heapq.heappop(heap)
+            entry = heapq.heappop(heap)[2]
             if not entry.future.done():
                 self._expire(entry)
-        if heap:
-            self._arm(heap[0][0])
+        due = min(line[0][0] if line else math.inf, heap[0][0] if heap else math.inf)
+        if due < math.inf:
+            self._arm(due)
 
     def close(self) -> None:
         """Stop the timer and forget every entry."""
@@ -97,4 +106,5 @@ class DeadlineWatch(Generic[E]):
             self._timer.cancel()
             self._timer = None
         self._timer_at = math.inf
+        self._line.clear()
         self._heap.clear()

@@ -34,7 +34,7 @@ __all__ = ["BatchQueueing"]
 class BatchQueueing(BatchRelease):
     """Queues callers' items and lets them go (see the module's docstring)."""
 
-    _deadlines: DeadlineWatch[_Entry]
+    _deadlines: DeadlineWatch
     _loop_ref: weakref.ref[asyncio.AbstractEventLoop] | None
     _max_queue: int
 

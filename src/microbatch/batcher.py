@@ -133,7 +133,7 @@ class Batcher(BatchQueueing, Generic[T, R]):
         self._timer: Timer | None = None
         self._timer_at = 0.0
         self._dispatch_soon = False  # a dispatch for this round's arrivals is scheduled
-        self._deadlines: DeadlineWatch[_Entry] = DeadlineWatch(self._clock, self._expire)
+        self._deadlines: DeadlineWatch = DeadlineWatch(self._clock, self._expire)
         self._loop_ref: weakref.ref[asyncio.AbstractEventLoop] | None = None
         self._max_queue = self.config.max_queue
         self.name: str = getattr(fn, "__name__", "") if fn is not None else ""
