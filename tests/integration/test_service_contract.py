@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -158,3 +159,38 @@ async def test_submit_nowait_queues_one_stage_routes_and_counts_in_flight() -> N
         await asyncio.sleep(0)
         assert service.stats().in_flight == 0
         assert await service.submit(5) == 36
+
+
+class _Held(microbatch.Model):
+    """Holds each batch until the test releases it."""
+
+    release = threading.Event()
+
+    def predict(self, batch: list[int]) -> list[int]:
+        _Held.release.wait(30)
+        return batch
+
+
+async def test_submit_nowait_refuses_at_once_as_submit_does() -> None:
+    _Held.release.clear()
+    service: Service[int, int] = Service(Stage(_Held, mode="thread"), max_in_flight=1)
+    async with service:
+        held = service.submit_nowait(1)
+        assert held is not None and service.stats().in_flight == 1
+        with pytest.raises(microbatch.Overloaded):
+            service.submit_nowait(2)  # the bound: refused, nothing queued
+        with pytest.raises(microbatch.Overloaded):
+            await service.submit(2)
+        _Held.release.set()
+        assert await held == 1
+        await asyncio.sleep(0)  # the done callbacks run
+        assert service.stats().in_flight == 0
+        again = service.submit_nowait(3)
+        assert again is not None and await again == 3
+        await asyncio.sleep(0)
+        closing = asyncio.ensure_future(service.close())
+        await asyncio.sleep(0)
+        with pytest.raises(BatcherClosed, match="shutting down"):
+            service.submit_nowait(4)
+        await closing
+    assert service.stats().in_flight == 0

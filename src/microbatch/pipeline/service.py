@@ -6,8 +6,9 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from types import TracebackType
-from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from .._hints import item_types
 from ..batcher import Batcher
@@ -17,6 +18,7 @@ from ..stats import ServiceStats, StageStats, StatsRecorder
 from ..streams import Channel, iterate_from_thread
 from ..timing import Timing
 from ..types import BatchDone, BatchJob, Route, deadline_from
+from .admission import Admission, NowaitLane
 from .model import Model, StepModel
 from .pool import ProcessPool
 from .stage import Stage
@@ -65,14 +67,6 @@ class WorkerPool(Protocol):
         """Stop the workers."""
 
 
-class _Lane(NamedTuple):
-    """A route whose items go straight to one stage's batcher (set at start)."""
-
-    batcher: Batcher[Any, Any]
-    pool: WorkerPool
-    stage: str
-
-
 class Service(Generic[T, R]):
     """One item in, its own result out, through a pipeline of batched stages.
 
@@ -115,7 +109,6 @@ class Service(Generic[T, R]):
             raise ValueError(f"grace_s must be a number >= 0, got {grace_s!r}")
         self.stages = stages
         self.examples: Sequence[Any] = list(examples)
-        self.max_in_flight = max_in_flight
         self.grace_s = grace_s
         self.name = name or stages[-1].name
         self.input_type: Any = _item_types(stages[0].model)[0]
@@ -129,21 +122,24 @@ class Service(Generic[T, R]):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pools: list[WorkerPool] = []
         self._batchers: list[Batcher[Any, Any]] = []
-        self._lanes: dict[str | None, _Lane] = {}  # the routes submit_nowait takes
-        self._in_flight = 0
+        self._lanes: dict[str | None, NowaitLane] = {}  # the routes submit_nowait takes
+        self._admission = Admission(max_in_flight)  # items inside; draining
         self._started = False
-        self._draining = False
-        self._emptied: asyncio.Event | None = None  # set when the last item leaves
 
     @property
     def ready(self) -> bool:
         """Warmed up, not draining, and every stage has a worker that can take a batch."""
-        return self._started and not self._draining and all(pool.alive for pool in self._pools)
+        return self._started and not self.draining and all(pool.alive for pool in self._pools)
 
     @property
     def draining(self) -> bool:
         """:meth:`close` has begun: new items are refused, queued ones finish."""
-        return self._draining
+        return self._admission.draining
+
+    @property
+    def max_in_flight(self) -> int:
+        """Most items inside the service at once (one more gets :class:`Overloaded`)."""
+        return self._admission.bound
 
     @property
     def pools(self) -> Sequence[WorkerPool]:
@@ -155,7 +151,7 @@ class Service(Generic[T, R]):
         if not self._batchers:  # not started: every counter is zero
             empty = StatsRecorder().snapshot(QueueState())
             stages = tuple(StageStats(s.name, s.workers, 0, 0, empty) for s in self.stages)
-            return ServiceStats(False, self._draining, 0, stages)
+            return ServiceStats(False, self.draining, 0, stages)
         stages = tuple(
             StageStats(
                 name=stage.name,
@@ -172,7 +168,7 @@ class Service(Generic[T, R]):
             else stats
             for index, stats in enumerate(stages)
         )
-        return ServiceStats(self.ready, self._draining, self._in_flight, stages)
+        return ServiceStats(self.ready, self.draining, self._admission.inside, stages)
 
     async def start(self) -> None:
         """Start every stage's workers, then warm them up: the examples run as one
@@ -186,7 +182,7 @@ class Service(Generic[T, R]):
         """
         if self._pools:
             raise RuntimeError("the service is running already: close() it before starting again")
-        self._draining = False
+        self._admission.draining = False
         self._loop = asyncio.get_running_loop()
         self._pools = [_pool(stage) for stage in self.stages]
         self._streaming = {i: p for i, p in enumerate(self._pools) if isinstance(p, StepStage)}
@@ -203,7 +199,7 @@ class Service(Generic[T, R]):
         self._started = True
         self._lanes = self._nowait_lanes()
 
-    def _nowait_lanes(self) -> dict[str | None, _Lane]:
+    def _nowait_lanes(self) -> dict[str | None, NowaitLane]:
         """The routes of one stage that neither streams nor needs :meth:`submit`."""
         lanes = {}
         for route in (None, *self.routes):
@@ -212,7 +208,13 @@ class Service(Generic[T, R]):
                 index = steps[0]
                 batcher = self._batchers[index]
                 if batcher.accepts_nowait:
-                    lanes[route] = _Lane(batcher, self._pools[index], self.stages[index].name)
+                    lanes[route] = NowaitLane(
+                        self._admission,
+                        batcher,
+                        self._pools[index],
+                        self.stages[index].name,
+                        partial(self._admit, route),
+                    )
         return lanes
 
     async def submit(
@@ -251,7 +253,7 @@ class Service(Generic[T, R]):
         steps = self._admit(route)
         if timeout_s is not None:
             deadline = deadline_from(timeout_s, deadline)
-        self._in_flight += 1
+        self._admission.entered()
         result: Any = item
         try:
             for index in steps:
@@ -290,14 +292,7 @@ class Service(Generic[T, R]):
         if lane is None:
             self._admit(route)  # refused at once, as by submit; else submit takes it
             return None
-        if self._draining or self._in_flight >= self.max_in_flight or not lane.pool.alive:
-            self._admit(route)  # raises the refusal
-        if timing is not None:
-            timing.stage = lane.stage
-        left = self._left  # once the item is answered, failed or withdrawn
-        future = lane.batcher.queue_nowait(item, deadline, timing, left)  # accepts_nowait
-        self._in_flight += 1
-        return future
+        return lane.submit(item, deadline, timing)
 
     def can_stream(self, route: str | None = None) -> bool:
         """Whether :meth:`stream` works for ``route``: its (last) stage's model is a
@@ -348,7 +343,7 @@ class Service(Generic[T, R]):
             deadline = deadline_from(timeout_s, deadline)
         streaming = self._streaming[steps[-1]]
         if len(steps) == 1:
-            self._in_flight += 1
+            self._admission.entered()
             try:
                 return streaming.open(
                     item,
@@ -398,7 +393,7 @@ class Service(Generic[T, R]):
     ) -> AsyncIterator[Any]:
         """The stream of a pipeline: the stages before the last by batches, then the
         last one's chunks."""
-        self._in_flight += 1
+        self._admission.entered()
         try:
             result = item
             for index in steps[:-1]:
@@ -415,13 +410,13 @@ class Service(Generic[T, R]):
     def _admit(self, route: str | None) -> range | tuple[int]:
         """The stages an item for ``route`` goes through; refused at once when the
         service cannot take it now."""
-        if self._draining:
+        if self._admission.draining:
             raise BatcherClosed("the service is shutting down")
         if not self._started:
             raise BatcherClosed("the service is not started: use `async with service` or start()")
         steps = self._steps(route)
-        if self._in_flight >= self.max_in_flight:
-            raise Overloaded(f"{self._in_flight} items in flight")
+        if self._admission.full():
+            raise Overloaded(f"{self._admission.inside} items in flight")
         for index in steps:
             pool = self._pools[index]
             if not pool.alive:  # its workers are starting again, or keep failing
@@ -435,21 +430,20 @@ class Service(Generic[T, R]):
 
     def _left(self) -> None:
         """One item left the service."""
-        self._in_flight -= 1
-        if not self._in_flight and self._emptied is not None:
-            self._emptied.set()
+        self._admission.left()
 
     async def close(self) -> None:
         """Stop intake at once, let the items inside finish for up to ``grace_s``
         seconds, answer any still queued :class:`BatcherClosed`, then stop every
         worker (terminate, then kill, one that does not exit). The service may be
         started again afterwards."""
-        self._draining = True
-        if self._in_flight:
-            self._emptied = asyncio.Event()
+        admission = self._admission
+        admission.draining = True
+        if admission.inside:
+            emptied = admission.emptied = asyncio.Event()
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._emptied.wait(), self.grace_s)
-            self._emptied = None
+                await asyncio.wait_for(emptied.wait(), self.grace_s)
+            admission.emptied = None
         await asyncio.gather(
             *(batcher.close(drain=False) for batcher in self._batchers),
             *(pool.close() for pool in self._pools),
