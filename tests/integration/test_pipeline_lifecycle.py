@@ -365,6 +365,11 @@ def zombies() -> int:
     return count
 
 
+def serving_workers(pool: ProcessPool) -> int:
+    """The pool's workers that are alive and take batches, each one looked at."""
+    return sum(1 for w in pool._workers if w is not None and w.alive and w.serving)
+
+
 async def test_a_dead_worker_is_reaped_at_once_not_kept_until_close() -> None:
     # Its sentinel may fire a moment before it has exited; it used to be kept, with
     # a zombie and its descriptors, until the pool closed (one more per crash).
@@ -375,8 +380,12 @@ async def test_a_dead_worker_is_reaped_at_once_not_kept_until_close() -> None:
         for _ in range(8):
             victim = pool.pids[0]
             os.kill(victim, signal.SIGKILL)
+            # the count kept as workers change is the one a look at each worker gives
+            assert pool.alive == serving_workers(pool)
             await eventually(lambda v=victim: v not in pool.pids and pool.alive == 2)  # type: ignore[misc]
+            assert pool.alive == serving_workers(pool)
             await eventually(lambda: not zombies() and len(os.listdir("/proc/self/fd")) <= baseline)
+    assert pool.alive == serving_workers(pool) == 0  # closed
 
 
 async def test_a_pool_asked_to_run_before_its_warm_up_fails_fast() -> None:

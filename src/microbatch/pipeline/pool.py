@@ -50,6 +50,7 @@ class ProcessPool(BatchDispatch):
         self._restarts = 0
         self._restart_tasks: set[asyncio.Task[None]] = set()
         self._reaping: dict[BaseProcess, asyncio.Future[None]] = {}  # exiting workers
+        self._serving_workers = 0  # alive and serving: counted as they change, not per ask
 
     @property
     def restarts(self) -> int:
@@ -59,11 +60,7 @@ class ProcessPool(BatchDispatch):
     @property
     def alive(self) -> int:
         """Workers set up, warmed up and able to take a batch now."""
-        count = 0  # a plain loop: asked for every request a service admits
-        for worker in self._workers:
-            if worker is not None and worker.alive and worker.serving:
-                count += 1
-        return count
+        return self._serving_workers  # asked for every request a service admits
 
     @property
     def failure(self) -> StageFailed | None:
@@ -145,7 +142,7 @@ class ProcessPool(BatchDispatch):
         await asyncio.gather(*(loop.run_in_executor(None, stop, w.process) for w in live))
         for worker in live:
             self._drain(worker)  # results written just before it exited
-            worker.alive = False
+            self._lost(worker)
             cut = StageFailed(f"stage {self.stage.name!r} closed before the batch finished")
             for batch in worker.batches.values():
                 settle(batch.future, cut)
@@ -158,7 +155,7 @@ class ProcessPool(BatchDispatch):
     def _on_death(self, worker: WorkerHandle) -> None:
         if not worker.alive:
             return
-        worker.alive = False
+        self._lost(worker)
         self._drain(worker)  # results it sent before it died count
         forget(worker)
         worker.process.join(0)  # reap it now if it has exited (no zombie)
@@ -246,12 +243,20 @@ class ProcessPool(BatchDispatch):
     def _serve(self, worker: WorkerHandle) -> None:
         if worker.alive and not worker.serving and not self._closing:
             worker.serving = True
+            self._serving_workers += 1
             self._pump()
+
+    def _lost(self, worker: WorkerHandle) -> None:
+        """``worker`` takes no more batches: it died, or it is stopped (once; its
+        death may be seen while the pool closes it)."""
+        if worker.alive and worker.serving:
+            self._serving_workers -= 1
+        worker.alive = False
 
     def _stop_quietly(self, worker: WorkerHandle) -> None:
         """Stop a worker that failed to set up or warm up (no restart, no WorkerDied)."""
         if worker.alive:
-            worker.alive = False
+            self._lost(worker)
             forget(worker)
             worker.process.kill()
             self._reap(worker.process)
