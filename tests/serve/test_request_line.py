@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from microbatch.serve.connection import says_http10
+from microbatch.serve.request_line import says_http10
 
 
 class _Versions:

@@ -42,6 +42,7 @@ from ..http.streams import wants_stream
 from .asgi_cycle import AsgiCycle
 from .chunked import TOO_LONG, ChunkedEnd
 from .limits import BODY, CLOSED, HEAD, WAIT, ConnectionOwner
+from .request_line import says_http10
 from .responses import BAD_REQUEST, CONTINUE, HEADERS_TOO_LARGE, SERVICE_UNAVAILABLE
 from .stream_path import StreamPath
 
@@ -61,29 +62,6 @@ class _ClosedParser:
 
 
 _CLOSED_PARSER: Any = _ClosedParser()
-
-
-def says_http10(head: bytes) -> bool:
-    """Whether the request line that starts ``head`` (after any empty lines) says
-    ``HTTP/1.0``. The parser checks the line's form (it ends in ``HTTP/``, a digit, a
-    dot, a digit and CRLF); this reads only those last digits, in a compiled loop,
-    without the string that the parser's ``get_http_version()`` formats per request."""
-    start = 0
-    at = 0
-    size = len(head)
-    while at < size:
-        if head[at] == 10:  # "\n": a line ends
-            if at - start > 1:
-                break  # the request line, head[start:at - 1]
-            start = at + 1  # an empty line before it
-        at += 1
-    return (
-        at < size
-        and at - start > 4
-        and head[at - 4] == 49  # "1"
-        and head[at - 3] == 46  # "."
-        and head[at - 2] == 48  # "0"
-    )
 
 
 class HttpConnection(StreamPath):
