@@ -91,11 +91,11 @@ class NowaitLane:
             As :meth:`~microbatch.Service.submit`, at once (nothing was queued).
         """
         admission = self.admission
-        if admission.draining or admission.inside >= admission.bound or not self.pool.alive:
+        if admission.draining or admission.full() or not self.pool.alive:
             self._refuse()  # raises the refusal
         if timing is not None:
             timing.stage = self.stage
         # BatchQueueing's own method, called directly (the Batcher is interpreted)
         future = BatchQueueing.queue_nowait(self.batcher, item, deadline, timing, self._left)
-        admission.inside += 1
+        admission.entered()
         return future
