@@ -17,6 +17,7 @@ __all__ = [
     "Overloaded",
     "RemoteError",
     "ResultLengthError",
+    "SlowReader",
     "StageFailed",
     "WorkerDied",
 ]
@@ -120,3 +121,19 @@ class RemoteError(MicrobatchError):
         """Describe ``error`` so that it can cross a process boundary."""
         text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         return cls(type(error).__qualname__, str(error), text)
+
+
+class SlowReader(MicrobatchError):
+    """The stream's caller read too slowly: ``max_buffered`` chunks waited unread,
+    and the stream was ended (its item left at the next step). Over HTTP it is the
+    stream's final error message, with status 408."""
+
+    http_status = 408
+
+    @classmethod
+    def after(cls, buffered: int) -> SlowReader:
+        """The error for a stream that had ``buffered`` chunks unread."""
+        return cls(
+            f"the client read the stream too slowly: {buffered} chunks waited unread, "
+            "so the stream was ended"
+        )

@@ -7,8 +7,13 @@ from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from types import MappingProxyType
-from typing import Protocol
 
+from ._stream_stats import (
+    CHUNKS_BUCKETS,
+    STREAM_TIME_BUCKETS_S,
+    Histogram,
+    StreamStatsRecorder,
+)
 from .policy import QueueState
 
 __all__ = [
@@ -212,14 +217,6 @@ class ServiceStats:
 
 # -- streams (step-wise batching) ------------------------------------------------------
 
-STREAM_TIME_BUCKETS_S = (
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-)  # fmt: skip
-"""Upper bounds (seconds) of the time-to-first-chunk and time-between-chunks histograms."""
-
-CHUNKS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
-"""Upper bounds of the chunks-per-stream histogram."""
-
 
 @dataclass(frozen=True, slots=True)
 class StreamStats:
@@ -264,100 +261,25 @@ class StreamStats:
     chunks_counts: tuple[int, ...]
     chunks_counts_sum: float
 
-
-class Histogram:
-    """Counts per bucket (``counts[i]``: values up to ``bounds[i]``; the last: above)
-    and the sum of the values; the caller serialises access."""
-
-    __slots__ = ("bounds", "counts", "total")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.total = 0.0
-
-    def add(self, value: float) -> None:
-        """Count one value."""
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.total += value
-
-
-class StreamStatsRecorder:
-    """Accumulates a step loop's stream counters (one event loop: no locks)."""
-
-    def __init__(self) -> None:
-        self.opened = 0
-        self.completed = 0
-        self.failed = 0
-        self.left = 0
-        self.rejected = 0
-        self.steps = 0
-        self.step_seconds = 0.0
-        self.chunks = 0
-        self._first = Histogram(STREAM_TIME_BUCKETS_S)
-        self._between = Histogram(STREAM_TIME_BUCKETS_S)
-        self._lengths = Histogram(tuple(float(b) for b in CHUNKS_BUCKETS))
-
-    def stepped(self, active: int, started_s: float | None, finished_s: float | None) -> None:
-        """One step ran over ``active`` items."""
-        self.steps += 1
-        if started_s is not None and finished_s is not None:
-            self.step_seconds += max(0.0, finished_s - started_s)
-
-    def chunk(self, stream: _Timed, now: float) -> None:
-        """``stream`` gets a chunk at ``now`` (before it is pushed)."""
-        self.chunks += 1
-        last = stream.last_chunk_s
-        if last is None:
-            histogram, seconds = self._first, now - stream.opened_s
-        else:
-            histogram, seconds = self._between, now - last
-        histogram.counts[bisect_left(STREAM_TIME_BUCKETS_S, seconds)] += 1  # add(), inline
-        histogram.total += seconds
-
-    def ended(self, stream: _Ended, now: float) -> None:
-        """``stream`` ended at ``now``."""
-        if stream.left:
-            self.left += 1
-        elif stream.error is not None:
-            self.failed += 1
-        else:
-            self.completed += 1
-        self._lengths.add(float(stream.chunks_sent))
-
-    def snapshot(self, active: int, waiting: int) -> StreamStats:
-        """A frozen copy of the counters."""
-        return StreamStats(
+    @classmethod
+    def of(cls, recorder: StreamStatsRecorder, active: int, waiting: int) -> StreamStats:
+        """A frozen copy of ``recorder``'s counters, with the streams ``active`` and
+        ``waiting`` now."""
+        return cls(
             active=active,
             waiting=waiting,
-            opened=self.opened,
-            completed=self.completed,
-            failed=self.failed,
-            left=self.left,
-            rejected=self.rejected,
-            steps=self.steps,
-            step_seconds=self.step_seconds,
-            chunks=self.chunks,
-            first_chunk_counts=tuple(self._first.counts),
-            first_chunk_sum_s=self._first.total,
-            between_chunks_counts=tuple(self._between.counts),
-            between_chunks_sum_s=self._between.total,
-            chunks_counts=tuple(self._lengths.counts),
-            chunks_counts_sum=self._lengths.total,
+            opened=recorder.opened,
+            completed=recorder.completed,
+            failed=recorder.failed,
+            left=recorder.left,
+            rejected=recorder.rejected,
+            steps=recorder.steps,
+            step_seconds=recorder.step_seconds,
+            chunks=recorder.chunks,
+            first_chunk_counts=tuple(recorder.first.counts),
+            first_chunk_sum_s=recorder.first.total,
+            between_chunks_counts=tuple(recorder.between.counts),
+            between_chunks_sum_s=recorder.between.total,
+            chunks_counts=tuple(recorder.lengths.counts),
+            chunks_counts_sum=recorder.lengths.total,
         )
-
-
-class _Timed(Protocol):
-    @property
-    def opened_s(self) -> float: ...
-    @property
-    def last_chunk_s(self) -> float | None: ...
-
-
-class _Ended(Protocol):
-    @property
-    def left(self) -> bool: ...
-    @property
-    def error(self) -> BaseException | None: ...
-    @property
-    def chunks_sent(self) -> int: ...

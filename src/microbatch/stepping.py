@@ -44,7 +44,8 @@ from typing import Any
 
 from ._batch_timing import record_step, traced_stream
 from ._loop_turns import Comebacks, Turn
-from .clock import Clock, MonotonicClock, TimerHeap
+from ._timer_heap import TimerHeap
+from .clock import Clock, MonotonicClock
 from .composition import BatchCostMode
 from .errors import BatcherClosed, ItemTooLarge, Overloaded
 from .stats import StreamStats, StreamStatsRecorder
@@ -176,7 +177,7 @@ class StepLoop:
 
     def stats(self) -> StreamStats:
         """A snapshot of the stream counters."""
-        return self.recorder.snapshot(len(self._active), len(self._waiting))
+        return StreamStats.of(self.recorder, len(self._active), len(self._waiting))
 
     def open(
         self,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from microbatch.clock import TimerHeap
+from microbatch._timer_heap import TimerHeap
 from microbatch.testing import FakeClock
 
 

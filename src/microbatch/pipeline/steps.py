@@ -271,7 +271,7 @@ async def _collect(stream: Stream) -> list[Any]:
 
 def _sum_stats(snapshots: list[StreamStats]) -> StreamStats:
     if not snapshots:
-        return StreamStatsRecorder().snapshot(0, 0)
+        return StreamStats.of(StreamStatsRecorder(), 0, 0)
     values: dict[str, Any] = {}
     for name in (f.name for f in fields(StreamStats)):
         parts = [getattr(snapshot, name) for snapshot in snapshots]

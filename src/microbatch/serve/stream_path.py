@@ -21,7 +21,7 @@ from typing import Any
 from ..http.request_id import REQUEST_ID_HEADER
 from ..http.server_timing import FIRST_CHUNK
 from ..http.stream_route import NativeStreamRoute
-from ..http.streams import Framing, write_stream
+from ..http.stream_writer import Framing, write_stream
 from ..streams import stop_reading
 from .fast_path import FastPath
 from .limits import CLOSED
