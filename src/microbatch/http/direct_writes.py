@@ -8,53 +8,54 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["DirectWriter", "Outbox"]
+__all__ = ["DirectOut", "DirectWriter", "Outbox"]
 
 
 class DirectWriter:
     """Writes one stream's chunks straight to its connection while its writer task
     waits: the step loop queues a step's chunks and the :class:`Outbox` writes them
     all in one callback, rather than each stream's task taking a turn of the event
-    loop per step. A chunk it cannot write now (the client reads slowly, or it does
-    not encode) goes back to the task, which then writes it (waiting for the
-    client) or ends the stream with the error.
+    loop per step. Where the transport can send the head from a callback too, the
+    first chunk goes out this way with the head. A chunk it cannot write now (the
+    client reads slowly, or it does not encode) goes back to the task, which then
+    writes it (waiting for the client) or ends the stream with the error.
     """
 
-    __slots__ = ("_encode", "_outbox", "_queued", "_stream", "_write", "sent")
+    __slots__ = ("_encode", "_out", "_outbox", "_queued", "_stream", "begun", "sent")
 
     def __init__(
-        self,
-        stream: Any,
-        encode: Callable[[Any], bytes],
-        write: Callable[[bytes], bool],
-        outbox: Outbox,
+        self, stream: Any, encode: Callable[[Any], bytes], out: DirectOut, outbox: Outbox
     ) -> None:
         self._stream = stream
         self._encode = encode
-        self._write = write
+        self._out = out
         self._outbox = outbox
         self._queued = False
+        self.begun = False
+        """The head went out (from here, with the first chunks, or from the task)."""
         self.sent = 0
+        """Chunks written from here."""
 
     @classmethod
     def for_stream(
-        cls,
-        chunks: AsyncIterator[Any],
-        encode: Callable[[Any], bytes],
-        write: Callable[[bytes], bool] | None,
+        cls, chunks: AsyncIterator[Any], encode: Callable[[Any], bytes], out: DirectOut
     ) -> DirectWriter | None:
-        """A writer for ``chunks`` (each message made by ``encode``, written by
-        ``write``) if both the stream and the transport allow it (``write`` None:
-        the transport does not)."""
-        if write is None or not hasattr(chunks, "on_chunk") or not hasattr(chunks, "unread"):
+        """A writer for ``chunks`` (each message made by ``encode``) to ``out``, if
+        both the stream and ``out`` allow it."""
+        if not out.writes_now or not hasattr(chunks, "on_chunk") or not hasattr(chunks, "unread"):
             return None
-        return cls(chunks, encode, write, Outbox.of(asyncio.get_running_loop()))
+        return cls(chunks, encode, out, Outbox.of(asyncio.get_running_loop()))
 
-    def attach(self) -> None:
-        """From now on the stream's chunks come here (the task waits for the end)."""
+    def attach(self) -> bool:
+        """From now on the stream's chunks come here (the task waits for the end),
+        if they can: False while the head is still to go and only the task can send
+        it."""
+        if not self.begun and not self._out.begins_now:
+            return False
         self._stream.on_chunk(self._came)
+        return True
 
     def detach(self) -> None:
         """The chunks go to the task again."""
@@ -77,14 +78,37 @@ class DirectWriter:
         encode = self._encode
         try:  # one chunk per step, as a rule
             data = encode(ready[0]) if len(ready) == 1 else b"".join(map(encode, ready))
-            written = self._write(data)
         except (TypeError, ValueError, NotImplementedError, OverflowError):
             written = False  # the task encodes them again, and ends with the error
+        else:
+            if self.begun:
+                written = self._out.write_now(data)
+            else:
+                written = self.begun = self._out.begin_now(data)
         if written:
             self.sent += len(ready)
             return
         self.detach()
         self._stream.unread(ready)
+
+
+class DirectOut(Protocol):
+    """What a :class:`DirectWriter` writes to (see
+    :class:`~microbatch.http.stream_writer.StreamOut`)."""
+
+    @property
+    def writes_now(self) -> bool:
+        """Whether :meth:`write_now` can ever write."""
+
+    @property
+    def begins_now(self) -> bool:
+        """Whether :meth:`begin_now` can ever begin."""
+
+    def begin_now(self, first: bytes) -> bool:
+        """Send the head and ``first`` now (True), or nothing (False)."""
+
+    def write_now(self, body: bytes) -> bool:
+        """Send ``body`` now (True), or nothing (False)."""
 
 
 class Outbox:

@@ -75,8 +75,17 @@ class StreamOut(Protocol):
         """Whether :meth:`write_now` can ever write (else every chunk goes by
         :meth:`more`)."""
 
+    @property
+    def begins_now(self) -> bool:
+        """Whether :meth:`begin_now` can ever begin (else the head goes by
+        :meth:`begin`)."""
+
     async def begin(self, first: bytes) -> None:
         """Send the response's head (200) and its first message (may be empty)."""
+
+    def begin_now(self, first: bytes) -> bool:
+        """:meth:`begin` at once, from a plain callback, and return True; or send
+        nothing and return False (the client is gone)."""
 
     async def more(self, body: bytes) -> None:
         """Send one more message, waiting while the client reads slower than we write."""
@@ -89,69 +98,78 @@ class StreamOut(Protocol):
         """Send the last message: the response is complete."""
 
 
+_ENCODING_ERRORS = (TypeError, ValueError, NotImplementedError, OverflowError)
+
+
 async def write_stream(out: StreamOut, chunks: AsyncIterator[Any], framing: Framing) -> int:
     """Write ``chunks`` to ``out`` as ``framing``'s messages: the head with the first
-    chunk, the next chunks as they come (those a step made for many streams are
-    written from one callback, see :class:`~.direct_writes.DirectWriter`), then the
-    end or, after the first chunk, the stream's error as the final message. Returns
-    200.
+    chunk, the next chunks as they come, then the end or, once a chunk came, the
+    stream's error as the final message. Returns 200.
+
+    Where both the stream and ``out`` allow it, the chunks (the first one and the
+    head too) are written from one callback for every stream a step served (see
+    :class:`~.direct_writes.DirectWriter`), and this task wakes only for the end, or
+    for chunks that could not be written then.
 
     Raises:
         Exception: The stream's error before its first chunk (nothing was sent: the
             caller answers it with its status).
     """
-    try:
-        first: bytes | None = framing.chunk(await chunks.__anext__())
-    except StopAsyncIteration:
-        first = None
-    except (TypeError, ValueError, NotImplementedError, OverflowError) as error:
-        raise UnencodableResult(
-            f"a chunk cannot be encoded for {framing.media_type.decode()}"
-        ) from error
-    sent = 0
+    direct = DirectWriter.for_stream(chunks, framing.chunk, out)
+    take_ready: Callable[[], list[Any]] | None = getattr(chunks, "take_ready", None)
+    begun = False  # the head went out (here, or from the direct writer)
+    sent = 0  # chunks written or held here (the direct writer counts its own)
     held = b""  # the last chunks of a stream that has ended: they go with its end
-    if first is None:
-        await out.begin(b"")
-    else:
-        await out.begin(first)
-        sent = 1
-        take_ready: Callable[[], list[Any]] | None = getattr(chunks, "take_ready", None)
-        write_now = out.write_now if out.writes_now else None
-        direct = DirectWriter.for_stream(chunks, framing.chunk, write_now)
-        try:
-            while True:
-                # Chunks that piled up while this writer waited go in one write.
-                ready = [] if take_ready is None else take_ready()
+    try:
+        while True:
+            # Chunks that piled up while this writer waited go in one write.
+            ready = [] if take_ready is None else take_ready()
+            if not ready:
+                attached = direct is not None and direct.attach()
+                try:
+                    ready = [await chunks.__anext__()]
+                except StopAsyncIteration:
+                    pass  # the stream ended: ready stays empty
+                finally:
+                    if attached and direct is not None:
+                        direct.detach()
                 if not ready:
-                    if direct is not None:
-                        direct.attach()  # the next chunks go out without this task
-                    try:
-                        ready = [await chunks.__anext__()]
-                    except StopAsyncIteration:
-                        pass  # the stream ended: ready stays empty
-                    finally:
-                        if direct is not None:
-                            direct.detach()
-                    if not ready:
-                        break
-                    if take_ready is not None:
-                        ready += take_ready()
-                data = b"".join(framing.chunk(one) for one in ready)
-                sent += len(ready)
-                if getattr(chunks, "ended", False):  # the next __anext__ does not wait
-                    held += data
-                else:
-                    await out.more(data)
-        except Exception as error:  # after the first chunk: the final message says it
-            reply = error_reply(error)
-            await out.end(
-                held
-                + framing.error(
-                    {"error": reply.error, "message": reply.message, "status": reply.status}
-                )
-            )
-            return 200
-        if direct is not None:
-            sent += direct.sent
+                    break
+                if take_ready is not None:
+                    ready += take_ready()
+            begun = begun or (direct is not None and direct.begun)
+            try:
+                data = b"".join([framing.chunk(one) for one in ready])
+            except _ENCODING_ERRORS as error:
+                if not begun and not sent:
+                    raise UnencodableResult(
+                        f"a chunk cannot be encoded for {framing.media_type.decode()}"
+                    ) from error
+                raise
+            sent += len(ready)
+            if getattr(chunks, "ended", False):  # the next __anext__ does not wait
+                held += data
+            elif begun:
+                await out.more(data)
+            else:
+                await out.begin(data)
+                begun = True
+                if direct is not None:
+                    direct.begun = True  # the next chunks may go from its callback
+    except Exception as error:  # once a chunk came: the final message says it
+        begun = begun or (direct is not None and direct.begun)
+        if not (begun or sent):
+            raise  # nothing came: the caller answers with the error's status
+        if not begun:
+            await out.begin(b"")
+        reply = error_reply(error)
+        told = {"error": reply.error, "message": reply.message, "status": reply.status}
+        await out.end(held + framing.error(told))
+        return 200
+    if direct is not None:
+        begun = begun or direct.begun
+        sent += direct.sent
+    if not begun:
+        await out.begin(b"")
     await out.end(held + framing.end({"status": "complete", "chunks": sent}))
     return 200

@@ -227,6 +227,9 @@ class _AsgiOut:
         if first:
             await self.more(first)
 
+    def begin_now(self, first: bytes) -> bool:
+        return False  # the head goes by send(), which waits
+
     async def more(self, body: bytes) -> None:
         await self._send({"type": "http.response.body", "body": body, "more_body": True})
 
@@ -240,6 +243,11 @@ class _AsgiOut:
     def writes_now(self) -> bool:
         """Whether the server gave a body writer."""
         return self._write is not None
+
+    @property
+    def begins_now(self) -> bool:
+        """Never: the head goes by ``send()``."""
+        return False
 
 
 async def _on_disconnect(receive: Receive, cancel: Callable[[], None]) -> None:

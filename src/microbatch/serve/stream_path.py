@@ -5,8 +5,10 @@ the same chunk loop as the ASGI app (:func:`~microbatch.http.streams.write_strea
 A request that its route leaves to the ASGI app (see
 :class:`~microbatch.http.stream_route.NativeStreamRoute`) goes there, its body too.
 
-The head goes out with the first chunk (or with the end, for a stream of none);
-an error before the first chunk is an ordinary error response. The body is chunked
+The head goes out with the first chunk (or with the end, for a stream of none),
+from the one callback that writes a step's chunks for every stream (see
+:class:`~microbatch.http.direct_writes.DirectWriter`): the stream's task wakes for
+its end. An error before the first chunk is an ordinary error response. The body is chunked
 on HTTP/1.1 and delimited by the close on HTTP/1.0. A client that disconnects
 cancels the task, which leaves the stream (its slot is freed at the next step).
 """
@@ -106,6 +108,11 @@ class _ConnectionOut:
         """Always: the connection writes at once unless its client reads slowly."""
         return True
 
+    @property
+    def begins_now(self) -> bool:
+        """Always: the head is written as the chunks are."""
+        return True
+
     def __init__(self, connection: StreamPath, route: NativeStreamRoute, framing: Framing) -> None:
         self._connection = connection
         self._route = route
@@ -115,6 +122,15 @@ class _ConnectionOut:
             connection._keep_alive = False  # the close ends the body
 
     async def begin(self, first: bytes) -> None:
+        self._begin(first)
+
+    def begin_now(self, first: bytes) -> bool:
+        if self._connection._phase == CLOSED:
+            return False
+        self._begin(first)
+        return True
+
+    def _begin(self, first: bytes) -> None:
         connection = self._connection
         lines = connection._request_id_line() + connection._connection_line()
         if self._route.tells:
