@@ -19,6 +19,7 @@ from tests.http.conftest import serving
 from tests.integration.contract_models import RefusesNegatives
 from tests.integration.pipeline_models import AddOne, Square
 from tests.integration.pool_models import Gate, Gated
+from tests.streams.models import Counter
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -194,3 +195,28 @@ async def test_submit_nowait_refuses_at_once_as_submit_does() -> None:
             service.submit_nowait(4)
         await closing
     assert service.stats().in_flight == 0
+
+
+async def test_stream_refuses_at_once_and_counts_each_stream_out_once() -> None:
+    service: Service[str, str] = Service(Stage(Counter, mode="thread"), max_in_flight=2)
+    async with service:
+        first = service.stream("a:2")  # a one-stage route: its lane
+        second = service.stream("b:3", timeout_s=30)  # with a timeout: the general path
+        assert service.stats().in_flight == 2
+        with pytest.raises(microbatch.Overloaded):
+            service.stream("c:1")  # the bound: refused, nothing opened
+        assert [chunk async for chunk in first] == ["a-0", "a-1"]
+        assert [chunk async for chunk in second] == ["b-0", "b-1", "b-2"]
+        assert service.stats().in_flight == 0
+        left = service.stream("d:100")
+        assert await left.__anext__() == "d-0"
+        await left.aclose()  # a caller who leaves is counted out too
+        assert service.stats().in_flight == 0
+        closing = asyncio.ensure_future(service.close())
+        await asyncio.sleep(0)
+        with pytest.raises(BatcherClosed, match="shutting down"):
+            service.stream("e:1")
+        await closing
+    assert service.stats().in_flight == 0
+    with pytest.raises(BatcherClosed):
+        service.stream("f:1")  # closed: its lanes are gone with its stages

@@ -18,7 +18,7 @@ from ..stats import ServiceStats, StageStats, StatsRecorder
 from ..streams import Channel, iterate_from_thread
 from ..timing import Timing
 from ..types import BatchDone, BatchJob, Route, deadline_from
-from .admission import Admission, NowaitLane
+from .admission import Admission, NowaitLane, StreamLane
 from .model import Model, StepModel
 from .pool import ProcessPool
 from .stage import Stage
@@ -123,6 +123,7 @@ class Service(Generic[T, R]):
         self._pools: list[WorkerPool] = []
         self._batchers: list[Batcher[Any, Any]] = []
         self._lanes: dict[str | None, NowaitLane] = {}  # the routes submit_nowait takes
+        self._stream_lanes: dict[str | None, StreamLane] = {}  # one-stage stream routes
         self._admission = Admission(max_in_flight)  # items inside; draining
         self._started = False
 
@@ -198,6 +199,7 @@ class Service(Generic[T, R]):
             raise
         self._started = True
         self._lanes = self._nowait_lanes()
+        self._stream_lanes = self._one_stage_streams()
 
     def _nowait_lanes(self) -> dict[str | None, NowaitLane]:
         """The routes of one stage that neither streams nor needs :meth:`submit`."""
@@ -215,6 +217,16 @@ class Service(Generic[T, R]):
                         self.stages[index].name,
                         partial(self._admit, route),
                     )
+        return lanes
+
+    def _one_stage_streams(self) -> dict[str | None, StreamLane]:
+        """The routes of one stage that streams."""
+        lanes = {}
+        for route in (None, *self.routes):
+            steps = self._steps(route)
+            streaming = self._streaming.get(steps[0]) if len(steps) == 1 else None
+            if streaming is not None:
+                lanes[route] = StreamLane(self._admission, streaming, partial(self._admit, route))
         return lanes
 
     async def submit(
@@ -332,6 +344,9 @@ class Service(Generic[T, R]):
             Overloaded: ``max_in_flight`` items are inside, or the stage's queue is full.
             KeyError: No stage is named ``route``.
         """
+        lane = self._stream_lanes.get(route)
+        if lane is not None and timeout_s is None:
+            return lane.open(item, deadline, first_chunk_deadline)
         if not self.can_stream(route):
             name = self.stages[self._steps(route)[-1]].name
             raise TypeError(
@@ -449,7 +464,7 @@ class Service(Generic[T, R]):
             *(pool.close() for pool in self._pools),
         )
         self._started = False
-        self._pools, self._batchers, self._lanes = [], [], {}
+        self._pools, self._batchers, self._lanes, self._stream_lanes = [], [], {}, {}
 
     async def __aenter__(self) -> Service[T, R]:
         await self.start()
