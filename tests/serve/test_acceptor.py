@@ -14,7 +14,7 @@ from unittest import mock
 import pytest
 import uvloop
 
-from microbatch.serve.acceptor import Acceptor
+from microbatch.serve.acceptor import AcceptedSocket, Acceptor
 
 HANG_GUARD_S = 10.0
 CLIENTS = 40
@@ -113,3 +113,18 @@ async def _out_of_descriptors() -> None:
 
 def test_out_of_descriptors_pauses_accepting_then_resumes() -> None:
     uvloop.run(_out_of_descriptors())
+
+
+def test_an_accepted_socket_reads_its_family_and_type_as_plain_ints() -> None:
+    listening = _listening()
+    client = socket.create_connection(listening.getsockname())
+    fd, _ = listening._accept()  # type: ignore[attr-defined]
+    accepted = AcceptedSocket(listening.family, listening.type, listening.proto, fileno=fd)
+    try:
+        assert type(accepted.family) is int and accepted.family == socket.AF_INET
+        assert type(accepted.type) is int and accepted.type == socket.SOCK_STREAM
+        assert accepted.getpeername() == client.getsockname()
+    finally:
+        accepted.close()
+        client.close()
+        listening.close()

@@ -10,13 +10,16 @@ selector loop does, and hands each socket to the loop as a transport.
 
 from __future__ import annotations
 
+import _socket
 import asyncio
 import errno
 import logging
 import socket
 from collections.abc import Callable
 
-__all__ = ["Acceptor"]
+from mypy_extensions import mypyc_attr
+
+__all__ = ["AcceptedSocket", "Acceptor"]
 
 logger = logging.getLogger("microbatch.serve")
 
@@ -24,6 +27,17 @@ logger = logging.getLogger("microbatch.serve")
 # than wake on the still-readable socket in a loop.
 _RESOURCE_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 RETRY_AFTER_S = 1.0
+
+
+@mypyc_attr(native_class=False)  # it extends an interpreted class
+class AcceptedSocket(socket.socket):
+    """An accepted connection's socket, whose ``family`` and ``type`` read as plain
+    ints: ``socket.socket``'s convert them to enums on every read, and uvloop reads
+    both for every connection it is handed."""
+
+    __slots__ = ()
+    family = _socket.socket.family  # type: ignore[assignment]
+    type = _socket.socket.type  # type: ignore[assignment]
 
 
 class Acceptor:
@@ -69,7 +83,7 @@ class Acceptor:
                 if error.errno in (errno.ECONNABORTED, errno.EPROTO):
                     continue  # the client left before we took it
                 raise
-            self._start(socket.socket(*self._kind, fileno=fd))
+            self._start(AcceptedSocket(*self._kind, fileno=fd))
 
     def _start(self, conn: socket.socket) -> None:
         conn.setblocking(False)
