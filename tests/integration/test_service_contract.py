@@ -200,8 +200,8 @@ async def test_submit_nowait_refuses_at_once_as_submit_does() -> None:
 async def test_stream_refuses_at_once_and_counts_each_stream_out_once() -> None:
     service: Service[str, str] = Service(Stage(Counter, mode="thread"), max_in_flight=2)
     async with service:
-        first = service.stream("a:2")  # a one-stage route: its lane
-        second = service.stream("b:3", timeout_s=30)  # with a timeout: the general path
+        first = service.stream("a:2")  # a one-stage route opens through its lane
+        second = service.stream("b:3", timeout_s=30)  # the lane too, with a deadline
         assert service.stats().in_flight == 2
         with pytest.raises(microbatch.Overloaded):
             service.stream("c:1")  # the bound: refused, nothing opened

@@ -15,7 +15,7 @@ from ..batcher import Batcher
 from ..errors import BatcherClosed, Overloaded, StageFailed
 from ..policy import QueueState
 from ..stats import ServiceStats, StageStats, StatsRecorder
-from ..streams import Channel, iterate_from_thread
+from ..streams import iterate_from_thread
 from ..timing import Timing
 from ..types import BatchDone, BatchJob, Route, deadline_from
 from .admission import Admission, NowaitLane, StreamLane
@@ -345,7 +345,9 @@ class Service(Generic[T, R]):
             KeyError: No stage is named ``route``.
         """
         lane = self._stream_lanes.get(route)
-        if lane is not None and timeout_s is None:
+        if lane is not None:  # one stage, which streams, while the service runs
+            if timeout_s is not None:
+                deadline = deadline_from(timeout_s, deadline)
             return lane.open(item, deadline, first_chunk_deadline)
         if not self.can_stream(route):
             name = self.stages[self._steps(route)[-1]].name
@@ -353,22 +355,9 @@ class Service(Generic[T, R]):
                 f"stage {name!r} does not stream: its model must be a StepModel or have a"
                 " generator predict()"
             )
-        steps = self._admit(route)
+        steps = self._admit(route)  # refused at once while stopped or draining
         if timeout_s is not None:
             deadline = deadline_from(timeout_s, deadline)
-        streaming = self._streaming[steps[-1]]
-        if len(steps) == 1:
-            self._admission.entered()
-            try:
-                return streaming.open(
-                    item,
-                    deadline=deadline,
-                    first_chunk_deadline=first_chunk_deadline,
-                    on_end=self._stream_ended,
-                )
-            except BaseException:
-                self._left()
-                raise
         return self._piped(item, steps, deadline, first_chunk_deadline)
 
     def stream_blocking(
@@ -439,9 +428,6 @@ class Service(Generic[T, R]):
                 name = self.stages[index].name
                 raise StageFailed(str(reason) if reason else f"stage {name!r} has no live worker")
         return steps
-
-    def _stream_ended(self, stream: Channel) -> None:
-        self._left()
 
     def _left(self) -> None:
         """One item left the service."""
