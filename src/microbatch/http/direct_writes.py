@@ -93,22 +93,25 @@ class DirectWriter:
 
 
 class DirectOut(Protocol):
-    """What a :class:`DirectWriter` writes to (see
-    :class:`~microbatch.http.stream_writer.StreamOut`)."""
+    """What a :class:`DirectWriter` writes to, from a plain callback: the part of
+    :class:`~microbatch.http.stream_writer.StreamOut` that does not wait."""
 
     @property
     def writes_now(self) -> bool:
-        """Whether :meth:`write_now` can ever write."""
+        """Whether :meth:`write_now` can ever write (else every chunk goes by the
+        task)."""
 
     @property
     def begins_now(self) -> bool:
-        """Whether :meth:`begin_now` can ever begin."""
+        """Whether :meth:`begin_now` can ever begin (else the head goes by the task)."""
 
     def begin_now(self, first: bytes) -> bool:
-        """Send the head and ``first`` now (True), or nothing (False)."""
+        """Send the head and the first message at once and return True; or send
+        nothing and return False (the client is gone)."""
 
     def write_now(self, body: bytes) -> bool:
-        """Send ``body`` now (True), or nothing (False)."""
+        """Write one more message at once and return True; or write nothing and
+        return False (the client is gone or reads slowly)."""
 
 
 class Outbox:

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import msgspec
 
 from .codecs import encode_hook
-from .direct_writes import DirectWriter
+from .direct_writes import DirectOut, DirectWriter
 from .status import UnencodableResult, error_reply
 
 __all__ = ["NDJSON", "SSE", "STREAM_MSGPACK", "Framing", "StreamOut", "write_stream"]
@@ -65,34 +65,19 @@ STREAM_MSGPACK = Framing(
 """The NDJSON messages as msgpack maps back to back (msgpack delimits itself)."""
 
 
-class StreamOut(Protocol):
+class StreamOut(DirectOut, Protocol):
     """Where :func:`write_stream` writes one streaming response: the one contract
     between the chunk loop and a transport (the ASGI ``send``, or ``microbatch
-    serve``'s connection)."""
-
-    @property
-    def writes_now(self) -> bool:
-        """Whether :meth:`write_now` can ever write (else every chunk goes by
-        :meth:`more`)."""
-
-    @property
-    def begins_now(self) -> bool:
-        """Whether :meth:`begin_now` can ever begin (else the head goes by
-        :meth:`begin`)."""
+    serve``'s connection). What it can do from a plain callback (``writes_now``,
+    ``write_now``, ``begins_now``, ``begin_now``) is the :class:`DirectOut` a
+    :class:`~.direct_writes.DirectWriter` writes to; while the task writes, it waits
+    here."""
 
     async def begin(self, first: bytes) -> None:
         """Send the response's head (200) and its first message (may be empty)."""
 
-    def begin_now(self, first: bytes) -> bool:
-        """:meth:`begin` at once, from a plain callback, and return True; or send
-        nothing and return False (the client is gone)."""
-
     async def more(self, body: bytes) -> None:
         """Send one more message, waiting while the client reads slower than we write."""
-
-    def write_now(self, body: bytes) -> bool:
-        """Write one more message at once, from a plain callback, and return True; or
-        write nothing and return False (the client is gone or reads slowly)."""
 
     async def end(self, final: bytes) -> None:
         """Send the last message: the response is complete."""
